@@ -1,0 +1,44 @@
+# zkcoord: two commands on a fresh machine.
+#   make demo   the end-to-end run (installs what is missing first)
+#   make test   lint, type-check and the whole test suite (installs what is missing first)
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup system demo test lint typecheck pytest bench clean
+
+setup: system $(STAMP)
+
+system:
+	@scripts/setup-system.sh
+
+# Reinstall when the dependency declarations change.
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "setup: installing zkcoord and its extras into $(VENV)"
+	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,spark]'
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/zkcoord demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+bench: setup
+	$(BIN)/python benchmarks/partlog_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,183 @@
+"""Codecs of every znode: round trips (hypothesis), Kafka's own examples, and malformed data refused (S7)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from zkcoord.errors import CodecError
+from zkcoord.znodes import (
+    BrokerRegistration,
+    Command,
+    CommandOption,
+    CoordinatorInfo,
+    MemberRegistration,
+    Pattern,
+    TopicAssignment,
+    decode_int,
+    decode_owner,
+    encode_int,
+    encode_owner,
+)
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", min_size=1, max_size=40)
+topics = names.filter(lambda s: s not in (".", ".."))
+ms = st.integers(min_value=0, max_value=2**53)
+threads = st.builds(lambda c, n: f"{c}-{n}", names, st.integers(0, 1000))
+
+
+@given(host=names, port=st.integers(1, 65535), ts=ms, jmx=st.integers(-1, 65535))
+def test_broker_registration_round_trip(host: str, port: int, ts: int, jmx: int) -> None:
+    reg = BrokerRegistration(host=host, port=port, timestamp_ms=ts, jmx_port=jmx)
+    assert BrokerRegistration.decode(reg.encode()) == reg
+
+
+def test_broker_registration_is_kafka_format() -> None:
+    obj = json.loads(BrokerRegistration(host="h", port=9092, timestamp_ms=1396019252998).encode())
+    assert obj == {"version": 1, "host": "h", "port": 9092, "jmx_port": -1, "timestamp": "1396019252998"}
+    # Kafka's wiki example has no timestamp; ours always writes one, but accepts Kafka 0.8.2's own form:
+    kafka = b'{"version":1,"host":"192.168.1.148","port":9092,"jmx_port":9999,"timestamp":"1"}'
+    assert BrokerRegistration.decode(kafka).port == 9092
+
+
+@given(st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=3).map(tuple), min_size=1, max_size=50))
+def test_topic_assignment_round_trip(replicas: list[tuple[int, ...]]) -> None:
+    assignment = TopicAssignment(tuple(replicas))
+    assert TopicAssignment.decode(assignment.encode()) == assignment
+
+
+def test_topic_assignment_reads_kafka_example() -> None:
+    assert TopicAssignment.decode(b'{"version":1,"partitions":{"0":[0,1,3]}}').replicas == ((0, 1, 3),)
+
+
+@given(broker=st.integers(0, 2**31 - 1), epoch=st.integers(0, 2**40), ts=ms)
+def test_coordinator_info_round_trip(broker: int, epoch: int, ts: int) -> None:
+    info = CoordinatorInfo(broker_id=broker, epoch=epoch, timestamp_ms=ts)
+    assert CoordinatorInfo.decode(info.encode()) == info
+
+
+@given(sub=st.dictionaries(topics, st.integers(1, 64), min_size=1, max_size=5), ts=ms)
+def test_static_member_round_trip(sub: dict[str, int], ts: int) -> None:
+    reg = MemberRegistration(pattern=Pattern.STATIC, subscription=sub, timestamp_ms=ts)
+    assert MemberRegistration.decode(reg.encode()) == reg
+
+
+def test_member_registration_reads_kafka_examples() -> None:
+    static = MemberRegistration.decode(
+        b'{"version":1,"subscription":{"topic":1},"pattern":"static","timestamp":"1396019252998"}'
+    )
+    assert static.pattern is Pattern.STATIC and static.subscription == {"topic": 1}
+    white = MemberRegistration.decode(
+        b'{"version":1,"pattern":"white_list","subscription":{"abc.*":2},"timestamp":"1"}'
+    )
+    assert white.pattern is Pattern.WHITE_LIST and white.subscription == {"abc.*": 2}
+
+
+@given(
+    option=st.sampled_from(CommandOption),
+    epoch=st.integers(0, 2**40),
+    generation=st.integers(0, 2**40),
+    group=topics,
+    ownership=st.dictionaries(topics, st.dictionaries(st.integers(0, 9999), threads, max_size=5), max_size=4),
+    issued=ms,
+)
+def test_command_round_trip(
+    option: CommandOption, epoch: int, generation: int, group: str, ownership: dict[str, dict[int, str]], issued: int
+) -> None:
+    owned = ownership if option is CommandOption.START_FETCHER else {}
+    cmd = Command(option=option, epoch=epoch, generation=generation, group=group, ownership=owned, issued_ms=issued)
+    assert Command.decode(cmd.encode()) == cmd
+
+
+@given(st.integers(0, 2**62))
+def test_int_round_trip(value: int) -> None:
+    assert decode_int("offset", encode_int(value)) == value
+
+
+@given(threads)
+def test_owner_round_trip(thread: str) -> None:
+    assert decode_owner(encode_owner(thread)) == thread
+
+
+MALFORMED = [
+    (BrokerRegistration.decode, b"", "empty data"),
+    (BrokerRegistration.decode, b"{not json", "not JSON"),
+    (BrokerRegistration.decode, b"[1,2]", "expected a JSON object"),
+    (BrokerRegistration.decode, b'{"version":2,"host":"h","port":1,"timestamp":"1"}', "unsupported version"),
+    (BrokerRegistration.decode, b'{"version":1,"port":1,"timestamp":"1"}', "missing field 'host'"),
+    (BrokerRegistration.decode, b'{"version":1,"host":"h","port":70000,"timestamp":"1"}', "out of range"),
+    (BrokerRegistration.decode, b'{"version":1,"host":"h","port":true,"timestamp":"1"}', "boolean"),
+    (BrokerRegistration.decode, b'{"version":1,"host":"h","port":1,"timestamp":1}', "must be str"),
+    (BrokerRegistration.decode, b'{"version":1,"host":"h","port":1,"timestamp":"-5"}', "decimal string"),
+    (TopicAssignment.decode, b'{"version":1,"partitions":{}}', "no partitions"),
+    (TopicAssignment.decode, b'{"version":1,"partitions":{"0":[0],"2":[0]}}', "without gaps"),
+    (TopicAssignment.decode, b'{"version":1,"partitions":{"x":[0]}}', "not a partition number"),
+    (TopicAssignment.decode, b'{"version":1,"partitions":{"0":"0"}}', "list of broker ids"),
+    (MemberRegistration.decode, b'{"version":1,"pattern":"regex","subscription":{"a":1},"timestamp":"1"}', "unknown"),
+    (
+        MemberRegistration.decode,
+        b'{"version":1,"pattern":"white_list","subscription":{"(":1},"timestamp":"1"}',
+        "regex",
+    ),
+    (
+        MemberRegistration.decode,
+        b'{"version":1,"pattern":"static","subscription":{"a/b":1},"timestamp":"1"}',
+        "illegal",
+    ),
+    (MemberRegistration.decode, b'{"version":1,"pattern":"static","subscription":{"a":0},"timestamp":"1"}', "1..1024"),
+    (MemberRegistration.decode, b'{"version":1,"pattern":"static","subscription":{},"timestamp":"1"}', "empty"),
+    (
+        MemberRegistration.decode,
+        b'{"version":1,"pattern":"black_list","subscription":{"a":1,"b":1},"timestamp":"1"}',
+        "exactly one regex",
+    ),
+    (Command.decode, b'{"version":1,"option":"pause","epoch":1,"generation":1,"group":"g"}', "unknown option"),
+    (Command.decode, b'{"version":1,"option":"stop-fetcher","epoch":-1,"generation":1,"group":"g"}', "negative"),
+    (Command.decode, b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g"}', "ownership"),
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","ownership":{}}',
+        "carries no ownership",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g","ownership":{"t":{"-1":"c-0"}}}',
+        "bad partition",
+    ),
+]
+
+
+@pytest.mark.parametrize(("decode", "data", "reason"), MALFORMED)
+def test_malformed_data_is_refused_with_a_reason(decode: object, data: bytes, reason: str) -> None:
+    with pytest.raises(CodecError, match=reason) as info:
+        decode(data, "/some/path")  # type: ignore[operator]
+    assert "/some/path" in str(info.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"-1", b"1.5", b"abc", b"\xff", b"99999999999999999999"])
+def test_malformed_integers_are_refused(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_int("offset", data)
+
+
+@pytest.mark.parametrize("data", [b"", b"nothread", b"a b-1", b"\xff-1"])
+def test_malformed_owner_is_refused(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_owner(data)
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_crash_a_decoder(data: bytes) -> None:
+    for decode in (
+        BrokerRegistration.decode,
+        TopicAssignment.decode,
+        CoordinatorInfo.decode,
+        MemberRegistration.decode,
+        Command.decode,
+    ):
+        with contextlib.suppress(CodecError):
+            decode(data)

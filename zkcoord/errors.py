@@ -1,0 +1,148 @@
+"""The project's exception hierarchy.
+
+Every error zkcoord raises on purpose derives from :class:`ZkCoordError`.  Callers branch on the class and on the
+``retriable`` flag, never on message text.  Third-party exceptions (kazoo's in particular) are translated at the
+boundary that calls the library (:mod:`zkcoord.zk`) and chained with ``raise ... from``, so no caller outside that
+module imports ``kazoo.exceptions``.
+
+The message of every error is written to be shown to a user as one line: it says what went wrong and, where there
+is one, what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class ZkCoordError(Exception):
+    """Root of every error raised by zkcoord.
+
+    :cvar retriable: whether repeating the same operation later may succeed without any change of input.
+    """
+
+    retriable = False
+
+
+# --- input and configuration -------------------------------------------------------------------------------------
+
+
+class ConfigurationError(ZkCoordError):
+    """A configuration value or command-line argument is invalid."""
+
+
+class InvalidNameError(ConfigurationError):
+    """A topic, group or consumer name breaks the naming rules."""
+
+    def __init__(self, kind: str, name: str, reason: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid {kind} name {name!r}: {reason}")
+
+
+class CodecError(ZkCoordError):
+    """Znode data that cannot be decoded or fails validation (S7: refused, never fatal)."""
+
+    def __init__(self, what: str, reason: str, path: str | None = None) -> None:
+        self.what = what
+        self.reason = reason
+        self.path = path
+        where = f" at {path}" if path else ""
+        super().__init__(f"malformed {what}{where}: {reason}")
+
+
+# --- ZooKeeper boundary ------------------------------------------------------------------------------------------
+
+
+class ZkError(ZkCoordError):
+    """An error talking to ZooKeeper.  ``path`` names the znode involved, when there is one."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+class ZkUnavailableError(ZkError):
+    """ZooKeeper could not be reached (connection loss, timeout, no quorum).  The operation may be retried."""
+
+    retriable = True
+
+
+class ZkSessionExpiredError(ZkError):
+    """The ZooKeeper session expired: every ephemeral node of it is gone and every watch must be set again."""
+
+
+class NoNodeError(ZkError):
+    """The znode does not exist."""
+
+
+class NodeExistsError(ZkError):
+    """The znode already exists."""
+
+
+class BadVersionError(ZkError):
+    """A conditional write found a different znode version than it expected."""
+
+
+class NotEmptyError(ZkError):
+    """The znode cannot be deleted because it has children."""
+
+
+class FencedError(ZkError):
+    """A fenced write failed its epoch or generation check: the writer has been superseded and must stop acting."""
+
+
+# --- domain ------------------------------------------------------------------------------------------------------
+
+
+class TopicExistsError(ZkCoordError):
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} already exists")
+
+
+class TopicNotFoundError(ZkCoordError):
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} does not exist (create it: zkcoord topic create {topic} --partitions N)")
+
+
+class NoBrokersError(ZkCoordError):
+    retriable = True
+
+    def __init__(self) -> None:
+        super().__init__("no live broker is registered (start one with: zkcoord broker --id 0)")
+
+
+class BrokerIdInUseError(ZkCoordError):
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        super().__init__(f"broker id {broker_id} is already registered by a live broker; choose another --id")
+
+
+# --- embedded ZooKeeper server ---------------------------------------------------------------------------------
+
+
+class ZkServerError(ZkCoordError):
+    """The embedded ZooKeeper server could not be started, stopped or found."""
+
+
+# --- partition log -----------------------------------------------------------------------------------------------
+
+
+class LogError(ZkCoordError):
+    """An error of the on-disk partition log."""
+
+
+class CorruptLogError(LogError):
+    """The log holds bytes that are not a valid record at a place where a torn tail cannot explain them."""
+
+
+class OffsetOutOfRangeError(LogError):
+    def __init__(self, offset: int, start: int, end: int) -> None:
+        self.offset = offset
+        self.start = start
+        self.end = end
+        super().__init__(f"offset {offset} is outside the log's range [{start}, {end})")
+
+
+class LogLockedError(LogError):
+    """Another process holds the partition's writer lock."""

@@ -1,0 +1,76 @@
+"""Every znode path of the layout in ``docs/zookeeper-layout.md``, built in one place.
+
+Nothing else in the project formats a ZooKeeper path by hand; tests, tools and users read this layout as a contract.
+Path segments are validated names (:mod:`zkcoord.names`), so no segment can contain ``/``.
+"""
+
+from __future__ import annotations
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+COORDINATOR = "/consumers/coordinator"
+COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
+GROUPS = "/consumers/groups"
+CONFIG = "/config"
+CONFIG_GROUPS = "/config/groups"
+
+#: Persistent parents created once (idempotently) by every process that needs them, as Kafka's ``setupCommonPaths``.
+COMMON_PATHS = (BROKER_IDS, BROKER_TOPICS, GROUPS)
+
+
+def broker(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{BROKER_TOPICS}/{name}"
+
+
+def group(name: str) -> str:
+    return f"{GROUPS}/{name}"
+
+
+def group_ids(name: str) -> str:
+    return f"{GROUPS}/{name}/ids"
+
+
+def member(group_name: str, consumer_id: str) -> str:
+    return f"{GROUPS}/{group_name}/ids/{consumer_id}"
+
+
+def channel_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/channel"
+
+
+def channel(group_name: str, consumer_id: str) -> str:
+    return f"{GROUPS}/{group_name}/channel/{consumer_id}"
+
+
+#: Prefix of command znodes; ZooKeeper appends a 10-digit sequence number.
+COMMAND_PREFIX = "cmd-"
+
+
+def command_prefix(group_name: str, consumer_id: str) -> str:
+    return f"{channel(group_name, consumer_id)}/{COMMAND_PREFIX}"
+
+
+def owners(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/owners/{topic_name}"
+
+
+def owner(group_name: str, topic_name: str, partition: int) -> str:
+    return f"{GROUPS}/{group_name}/owners/{topic_name}/{partition}"
+
+
+def offsets(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/offsets/{topic_name}"
+
+
+def offset(group_name: str, topic_name: str, partition: int) -> str:
+    return f"{GROUPS}/{group_name}/offsets/{topic_name}/{partition}"
+
+
+def group_state(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/state"

@@ -1,0 +1,464 @@
+"""The ZooKeeper boundary: the one module that creates kazoo clients and sees kazoo's exceptions.
+
+Everything above this module talks to :class:`ZkClient` and catches the project's own errors
+(:mod:`zkcoord.errors`).  The translation is done in a single context manager, :func:`translate`, so every
+operation maps failures the same way:
+
+=================================================  ===========================================
+kazoo                                              zkcoord
+=================================================  ===========================================
+``NoNodeError``                                    :class:`~zkcoord.errors.NoNodeError`
+``NodeExistsError``                                :class:`~zkcoord.errors.NodeExistsError`
+``BadVersionError``                                :class:`~zkcoord.errors.BadVersionError`
+``NotEmptyError``                                  :class:`~zkcoord.errors.NotEmptyError`
+``SessionExpiredError``                            :class:`~zkcoord.errors.ZkSessionExpiredError`
+``ConnectionLoss``, timeouts, closed connection    :class:`~zkcoord.errors.ZkUnavailableError` (retriable)
+any other kazoo error                              :class:`~zkcoord.errors.ZkError`
+=================================================  ===========================================
+
+Threads (kazoo's threading handler): one connection thread that also runs state listeners, one worker that runs
+watch callbacks, one that runs completion callbacks.  Listeners and watch callbacks registered through this module
+**must not block and must not call ZooKeeper** (kazoo issues #356, #381, #405): they record a flag or put an event
+on a queue for a worker thread of the caller's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Protocol
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from zkcoord import errors
+from zkcoord.errors import ConfigurationError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ConnState", "Stat", "Transaction", "ZkAddress", "ZkClient", "ZkConfig", "translate"]
+
+
+class Stat(Protocol):
+    """The znode metadata ZooKeeper returns (kazoo's ``ZnodeStat`` named tuple): the fields this project reads."""
+
+    @property
+    def version(self) -> int: ...
+    @property
+    def czxid(self) -> int: ...
+    @property
+    def mzxid(self) -> int: ...
+    @property
+    def ephemeralOwner(self) -> int: ...  # ZooKeeper's own camelCase names
+    @property
+    def numChildren(self) -> int: ...
+    @property
+    def ctime(self) -> int: ...
+    @property
+    def mtime(self) -> int: ...
+
+
+class ConnState(Enum):
+    """The connection states callers see (kazoo's ``KazooState``, as an enum).
+
+    Legal transitions: ``LOST -> CONNECTED`` (first connect, or a new session after expiry), ``CONNECTED ->
+    SUSPENDED`` (connection lost, session maybe alive), ``SUSPENDED -> CONNECTED`` (same session resumed),
+    ``SUSPENDED -> LOST`` (the session expired meanwhile: ephemerals are gone), ``CONNECTED -> LOST`` (closed).
+    """
+
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+_STATE_MAP = {KazooState.CONNECTED: ConnState.CONNECTED, KazooState.SUSPENDED: ConnState.SUSPENDED}
+
+_HOSTPORT = re.compile(r"(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>[0-9]{1,5})")
+_CHROOT = re.compile(r"(/[A-Za-z0-9._\-]+)+")
+
+
+@dataclass(frozen=True, slots=True)
+class ZkAddress:
+    """A parsed ``HOST:PORT[,HOST:PORT...][/chroot]`` connect string."""
+
+    hosts: tuple[tuple[str, int], ...]
+    chroot: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ZkAddress:
+        """Parse and validate a connect string; raise :class:`ConfigurationError` with the reason if malformed."""
+        text = text.strip()
+        hosts_part, slash, chroot_part = text.partition("/")
+        chroot = f"/{chroot_part}" if slash else None
+        if chroot is not None and not _CHROOT.fullmatch(chroot.rstrip("/") or "/x"):
+            raise ConfigurationError(f"invalid ZooKeeper chroot {chroot!r} in {text!r}")
+        if chroot is not None:
+            chroot = chroot.rstrip("/") or None
+        hosts: list[tuple[str, int]] = []
+        for item in hosts_part.split(","):
+            m = _HOSTPORT.fullmatch(item.strip())
+            if not m:
+                raise ConfigurationError(f"invalid ZooKeeper address {item!r} in {text!r}: expected HOST:PORT")
+            port = int(m["port"])
+            if not 1 <= port <= 65535:
+                raise ConfigurationError(f"invalid ZooKeeper port {port} in {text!r}")
+            hosts.append((m["host"], port))
+        return cls(hosts=tuple(hosts), chroot=chroot)
+
+    @property
+    def servers(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+
+    def __str__(self) -> str:
+        return self.servers + (self.chroot or "")
+
+
+@dataclass(frozen=True, slots=True)
+class ZkConfig:
+    """How to reach ZooKeeper.  Validates itself; raises :class:`ConfigurationError`.
+
+    :param session_timeout_s: requested session timeout; the server clamps it to its own bounds
+        (2..20 ticks by default).  Short timeouts make failure detection fast and tests quick.
+    :param connect_timeout_s: how long :meth:`ZkClient.start` waits for the first connection.
+    :param create_chroot: create the chroot node on start if it does not exist.
+    """
+
+    address: ZkAddress
+    session_timeout_s: float = 6.0
+    connect_timeout_s: float = 10.0
+    create_chroot: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.session_timeout_s <= 600:
+            raise ConfigurationError(f"session timeout must be within 0.1..600 s, got {self.session_timeout_s}")
+        if not 0.1 <= self.connect_timeout_s <= 3600:
+            raise ConfigurationError(f"connect timeout must be within 0.1..3600 s, got {self.connect_timeout_s}")
+
+    @classmethod
+    def from_string(cls, text: str, **kwargs: Any) -> ZkConfig:
+        return cls(address=ZkAddress.parse(text), **kwargs)
+
+
+_UNAVAILABLE = (kz.ConnectionLoss, kz.OperationTimeoutError, kz.ConnectionClosedError, KazooTimeoutError)
+
+
+@contextlib.contextmanager
+def translate(path: str | None = None) -> Iterator[None]:
+    """Run the body and turn any kazoo exception into the project's typed error, chained to the original."""
+    try:
+        yield
+    except kz.NoNodeError as e:
+        raise errors.NoNodeError(f"znode {path or '?'} does not exist", path) from e
+    except kz.NodeExistsError as e:
+        raise errors.NodeExistsError(f"znode {path or '?'} already exists", path) from e
+    except kz.BadVersionError as e:
+        raise errors.BadVersionError(f"znode {path or '?'} changed concurrently (version mismatch)", path) from e
+    except kz.NotEmptyError as e:
+        raise errors.NotEmptyError(f"znode {path or '?'} has children", path) from e
+    except kz.SessionExpiredError as e:
+        raise errors.ZkSessionExpiredError("ZooKeeper session expired", path) from e
+    except _UNAVAILABLE as e:
+        raise errors.ZkUnavailableError(f"ZooKeeper unavailable ({type(e).__name__})", path) from e
+    except RetryFailedError as e:
+        raise errors.ZkUnavailableError("ZooKeeper unavailable (retries exhausted)", path) from e
+    except (kz.ZookeeperError, kz.KazooException) as e:
+        raise errors.ZkError(f"ZooKeeper error on {path or '?'}: {type(e).__name__} {e}", path) from e
+
+
+def _raise_op_error(result: BaseException, path: str | None) -> None:
+    """Re-raise a per-op transaction failure (kazoo returns them instead of raising) as a typed error."""
+    with translate(path):
+        raise result
+
+
+class Transaction:
+    """A ZooKeeper multi: all operations commit atomically or none does.
+
+    Built by :meth:`ZkClient.transaction`.  Not thread-safe.  :meth:`commit` raises instead of returning a list of
+    exceptions (kazoo's style): a failing ``check`` raises :class:`~zkcoord.errors.BadVersionError` (or
+    :class:`~zkcoord.errors.NoNodeError`) naming the checked path, which fencing code turns into
+    :class:`~zkcoord.errors.FencedError`.
+    """
+
+    def __init__(self, client: KazooClient) -> None:
+        self._txn = client.transaction()
+        self._paths: list[str] = []
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> None:
+        self._txn.create(path, value, ephemeral=ephemeral, sequence=sequence)
+        self._paths.append(path)
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self._txn.set_data(path, value, version)
+        self._paths.append(path)
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self._txn.delete(path, version)
+        self._paths.append(path)
+
+    def check(self, path: str, version: int) -> None:
+        self._txn.check(path, version)
+        self._paths.append(path)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def commit(self, timeout: float | None = None) -> list[Any]:
+        """Commit; return kazoo's per-op results (created paths, stats, ``True``).
+
+        :raises ZkError: subclass for the first failing operation; :class:`ZkUnavailableError` if the outcome is
+            unknown because the connection was lost (the caller must find out whether it landed before retrying).
+        """
+        with translate(self._paths[0] if self._paths else None):
+            results: list[Any] = self._txn.commit_async().get(timeout=timeout)
+        for path, result in zip(self._paths, results, strict=True):
+            # Ops before the failing one report RolledBackError, ops after it RuntimeInconsistency: the first
+            # error that is neither names the op that failed.
+            if isinstance(result, Exception) and not isinstance(result, kz.RolledBackError | kz.RuntimeInconsistency):
+                _raise_op_error(result, path)
+        return results
+
+
+class ZkClient:
+    """One ZooKeeper session, with the project's errors and states.
+
+    Create it, call :meth:`start` (blocks until connected), use it from any number of threads, then :meth:`stop`.
+    Nothing runs in ``__init__``.  A session expiry does not end the client: kazoo reconnects with a new session and
+    listeners see ``SUSPENDED -> LOST -> CONNECTED``; ephemeral nodes and raw watches of the old session are gone.
+    """
+
+    def __init__(self, config: ZkConfig, *, name: str = "zkcoord") -> None:
+        self.config = config
+        self.name = name
+        self._kazoo: KazooClient | None = None
+        self._listeners: list[Callable[[ConnState], None]] = []
+        self._lock = threading.Lock()
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> ZkClient:
+        """Connect.  Blocks up to ``connect_timeout_s``.
+
+        :raises ZkUnavailableError: ZooKeeper did not answer in time (the message says how to start one).
+        """
+        cfg = self.config
+        if cfg.create_chroot and cfg.address.chroot:
+            self._ensure_chroot()
+        client = self._new_kazoo(str(cfg.address))
+        client.add_listener(self._on_kazoo_state)
+        try:
+            client.start(timeout=cfg.connect_timeout_s)
+        except KazooTimeoutError as e:
+            client.stop()
+            client.close()
+            raise errors.ZkUnavailableError(self._unreachable_message()) from e
+        self._kazoo = client
+        return self
+
+    def stop(self) -> None:
+        """Close the session (its ephemeral nodes vanish at once) and release the client's threads.  Idempotent."""
+        client, self._kazoo = self._kazoo, None
+        if client is not None:
+            with contextlib.suppress(kz.KazooException):
+                client.stop()
+            client.close()
+
+    def __enter__(self) -> ZkClient:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _new_kazoo(self, hosts: str) -> KazooClient:
+        # connection_retry: keep reconnecting forever (the session timeout decides when the session is dead, not
+        # the client).  No command_retry: callers choose what is safe to retry (see :meth:`retry`).
+        return KazooClient(
+            hosts=hosts,
+            timeout=self.config.session_timeout_s,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            logger=logging.getLogger(f"kazoo.{self.name}"),
+        )
+
+    def _ensure_chroot(self) -> None:
+        root = self._new_kazoo(self.config.address.servers)
+        try:
+            root.start(timeout=self.config.connect_timeout_s)
+        except KazooTimeoutError as e:
+            root.close()
+            raise errors.ZkUnavailableError(self._unreachable_message()) from e
+        try:
+            with translate(self.config.address.chroot):
+                root.ensure_path(self.config.address.chroot)
+        finally:
+            root.stop()
+            root.close()
+
+    def _unreachable_message(self) -> str:
+        return (
+            f"cannot reach ZooKeeper at {self.config.address.servers} within {self.config.connect_timeout_s:g} s"
+            " (start one with: zkcoord zk start)"
+        )
+
+    @property
+    def kazoo(self) -> KazooClient:
+        """The underlying kazoo client, for the few recipes this module does not wrap.  Raises if not started."""
+        if self._kazoo is None:
+            raise errors.ZkError(f"{self.name}: ZooKeeper client is not started")
+        return self._kazoo
+
+    @property
+    def client_id(self) -> tuple[int, bytes]:
+        """``(session id, password)`` of the current session."""
+        cid: tuple[int, bytes] = self.kazoo.client_id
+        return cid
+
+    @property
+    def session_id(self) -> int:
+        return self.client_id[0]
+
+    @property
+    def state(self) -> ConnState:
+        return _STATE_MAP.get(self.kazoo.state, ConnState.LOST)
+
+    # --- connection states ----------------------------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[ConnState], None]) -> None:
+        """Call ``listener(state)`` on every connection-state change.
+
+        .. warning:: runs on kazoo's connection thread: it must return at once and must not call ZooKeeper.
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[ConnState], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        mapped = _STATE_MAP.get(state, ConnState.LOST)
+        log.info("%s: ZooKeeper connection %s", self.name, mapped.value)
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(mapped)
+            except Exception:  # a user callback must not kill kazoo's connection thread
+                log.exception("%s: connection-state listener %r failed", self.name, listener)
+
+    # --- operations ---------------------------------------------------------------------------------------------
+
+    def get(self, path: str, watch: Callable[[Any], None] | None = None) -> tuple[bytes, Stat]:
+        """Data and stat of ``path``.  :raises NoNodeError: if absent."""
+        with translate(path):
+            data, stat = self.kazoo.get(path, watch=watch)
+        return (data or b""), stat
+
+    def get_children(self, path: str, watch: Callable[[Any], None] | None = None) -> list[str]:
+        with translate(path):
+            children: list[str] = self.kazoo.get_children(path, watch=watch)
+        return children
+
+    def exists(self, path: str, watch: Callable[[Any], None] | None = None) -> Stat | None:
+        with translate(path):
+            stat: Stat | None = self.kazoo.exists(path, watch=watch)
+        return stat
+
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create ``path``; return the path created (with its sequence suffix for sequential nodes)."""
+        with translate(path):
+            created: str = self.kazoo.create(path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+        return created
+
+    def set(self, path: str, value: bytes, version: int = -1) -> Stat:
+        with translate(path):
+            stat: Stat = self.kazoo.set(path, value, version=version)
+        return stat
+
+    def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        with translate(path):
+            self.kazoo.delete(path, version=version, recursive=recursive)
+
+    def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents as empty persistent nodes if missing (idempotent)."""
+        with translate(path):
+            self.kazoo.ensure_path(path)
+
+    def ensure_paths(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            self.ensure_path(path)
+
+    def sync(self, path: str = "/") -> None:
+        """Make this session's next reads at least as new as the leader's state when sync returns."""
+        with translate(path):
+            self.kazoo.sync(path)
+
+    def transaction(self) -> Transaction:
+        return Transaction(self.kazoo)
+
+    def retry(self, func: Callable[..., Any], *args: Any, deadline_s: float = 30.0, **kwargs: Any) -> Any:
+        """Call ``func`` again while it raises :class:`ZkUnavailableError`, up to ``deadline_s``.
+
+        Only for operations that are safe to repeat (reads, idempotent writes): a write retried after a connection
+        loss may have landed the first time.
+        """
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0, deadline=deadline_s, ignore_expire=False)
+
+        def attempt() -> Any:
+            try:
+                return func(*args, **kwargs)
+            except errors.ZkUnavailableError as e:
+                raise kz.ConnectionLoss(str(e)) from e
+
+        with translate():
+            return retry(attempt)
+
+    # --- watches ------------------------------------------------------------------------------------------------
+
+    def watch_children(self, path: str, func: Callable[[list[str]], None]) -> ChildrenWatch:
+        """Call ``func(children)`` now and after every change of ``path``'s children; survives reconnects.
+
+        ``path`` must exist (kazoo stops the watch for good if it does not).  ``func`` runs on kazoo's watch
+        thread: enqueue, do not block, do not call ZooKeeper.
+        """
+
+        def _call(children: list[str]) -> None:
+            try:
+                func(children)
+            except Exception:  # keep the watch alive: a raising callback would end it silently
+                log.exception("%s: children watch on %s failed", self.name, path)
+
+        with translate(path):
+            return ChildrenWatch(self.kazoo, path, _call)
+
+    def watch_data(self, path: str, func: Callable[[bytes | None, Stat | None], None]) -> DataWatch:
+        """Call ``func(data, stat)`` now and after every change of ``path`` (``None, None`` when absent).
+
+        Works for nodes that do not exist yet; survives reconnects and session loss.  Same thread rules as
+        :meth:`watch_children`.
+        """
+
+        def _call(data: bytes | None, stat: Stat | None) -> None:
+            try:
+                func(data, stat)
+            except Exception:
+                log.exception("%s: data watch on %s failed", self.name, path)
+
+        with translate(path):
+            return DataWatch(self.kazoo, path, _call)
