@@ -315,14 +315,16 @@ class ZkClient:
         return self._kazoo
 
     @property
-    def client_id(self) -> tuple[int, bytes]:
-        """``(session id, password)`` of the current session."""
-        cid: tuple[int, bytes] = self.kazoo.client_id
+    def client_id(self) -> tuple[int, bytes] | None:
+        """``(session id, password)`` of the current session; None while there is none (reconnecting)."""
+        cid: tuple[int, bytes] | None = self.kazoo.client_id
         return cid
 
     @property
     def session_id(self) -> int:
-        return self.client_id[0]
+        """The current session id, or 0 while there is none."""
+        cid = self.client_id
+        return cid[0] if cid else 0
 
     @property
     def state(self) -> ConnState:

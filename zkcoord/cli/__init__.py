@@ -1,0 +1,49 @@
+"""The ``zkcoord`` command line: a thin layer over the library (one module per command family)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from zkcoord import __version__
+from zkcoord.cli.broker_cmd import broker
+from zkcoord.cli.common import ZkCoordGroup
+from zkcoord.cli.demo_cmd import demo
+from zkcoord.cli.produce_cmd import fetch, produce
+from zkcoord.cli.topic_cmd import topic
+from zkcoord.cli.zk_cmd import zk
+
+
+@click.group(cls=ZkCoordGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="zkcoord")
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """zkcoord: a ZooKeeper-based consumer-group coordinator and its testbed.
+
+    \b
+    Start here:
+      zkcoord zk start                          run a local ZooKeeper (port 2181)
+      zkcoord broker --id 0 &                   run a broker
+      zkcoord topic create orders -p 8          create a topic
+      zkcoord produce orders --count 10000      write records
+      zkcoord fetch orders --summary            read them back
+      zkcoord demo                              the whole tour, end to end
+
+    Every command that talks to ZooKeeper takes --zk HOST:PORT[/chroot].
+    """
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+
+
+cli.add_command(zk)
+cli.add_command(broker)
+cli.add_command(topic)
+cli.add_command(produce)
+cli.add_command(fetch)
+cli.add_command(demo)
+
+
+def main() -> None:
+    """Console entry point."""
+    cli(prog_name="zkcoord")

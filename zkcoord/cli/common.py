@@ -1,0 +1,104 @@
+"""Shared pieces of the command line: options every command takes, error handling, signals.
+
+Errors: any :class:`~zkcoord.errors.ZkCoordError` escaping a command becomes one line ``Error: <message>`` on stderr
+and exit status 1 (:class:`ZkCoordGroup`); click's own usage errors exit 2.  No traceback reaches a user.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from zkcoord import settings
+from zkcoord.errors import ZkCoordError
+from zkcoord.journal import Journal, process_started
+from zkcoord.zk import ZkConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ZkCoordGroup(click.Group):
+    """A click group that turns the project's errors into one clear line and a non-zero exit."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ZkCoordError as e:
+            raise click.ClickException(str(e)) from e
+
+
+def zk_options(func: F) -> F:
+    """``--zk HOST:PORT[/chroot]`` and ``--session-timeout``, as a :class:`ZkConfig` in ``zk``."""
+
+    func = click.option(
+        "--session-timeout",
+        type=click.FloatRange(0.5, 600),
+        default=6.0,
+        show_default=True,
+        help="ZooKeeper session timeout in seconds.",
+    )(func)
+    return click.option(
+        "--zk",
+        "zk",
+        metavar="HOST:PORT[/chroot]",
+        default=settings.default_zk,
+        show_default=settings.DEFAULT_ZK,
+        help="ZooKeeper to use ($ZKCOORD_ZK; default: the embedded server).",
+    )(func)
+
+
+def zk_config(zk: str, session_timeout: float) -> ZkConfig:
+    """Build a :class:`ZkConfig`; raises :class:`~zkcoord.errors.ConfigurationError` on a malformed address."""
+    return ZkConfig.from_string(zk, session_timeout_s=session_timeout)
+
+
+def journal_option(func: F) -> F:
+    return click.option(
+        "--journal",
+        "journal_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Directory of the run's journal (default: $ZKCOORD_HOME/journal).",
+    )(func)
+
+
+def open_journal(journal_dir: Path | None, role: str) -> Journal:
+    journal = Journal(journal_dir or settings.default_journal_dir(), role)
+    process_started(journal, sys.argv)
+    return journal
+
+
+def data_dir_option(func: F) -> F:
+    return click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Directory of the partition logs (default: $ZKCOORD_HOME/data).",
+    )(func)
+
+
+def resolve_data_dir(data_dir: Path | None) -> Path:
+    return data_dir or settings.default_data_dir()
+
+
+def stop_on_signals() -> threading.Event:
+    """Return an event set by the first SIGTERM or SIGINT, so a command can shut down cleanly and exit 0."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True))
