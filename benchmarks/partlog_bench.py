@@ -198,7 +198,7 @@ def run(root: Path, records: int, repeats: int) -> list[Row]:
         topic = f"bench-{value_size}-{BATCH}-1"
         directory = partition_dir(root, topic, 0)
         segments = [log_path(directory, base) for base in list_segments(directory)]
-        reads = {
+        reads: dict[str, Callable[[], int]] = {
             "plain read, 1 MiB chunks": functools.partial(plain_read, segments, checksum=None),
             "  plain read + crc32c.crc32c (reference)": functools.partial(plain_read, segments, checksum=crc32c),
             "  plain read + zlib.crc32 (reference)": functools.partial(plain_read, segments, checksum=zlib.crc32),

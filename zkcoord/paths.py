@@ -56,6 +56,14 @@ def command_prefix(group_name: str, consumer_id: str) -> str:
     return f"{channel(group_name, consumer_id)}/{COMMAND_PREFIX}"
 
 
+def owners_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/owners"
+
+
+def offsets_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/offsets"
+
+
 def owners(group_name: str, topic_name: str) -> str:
     return f"{GROUPS}/{group_name}/owners/{topic_name}"
 

@@ -217,8 +217,17 @@ class Transaction:
         :raises ZkError: subclass for the first failing operation; :class:`ZkUnavailableError` if the outcome is
             unknown because the connection was lost (the caller must find out whether it landed before retrying).
         """
+        return self.commit_end(self.commit_begin(), timeout)
+
+    def commit_begin(self) -> Any:
+        """Send the transaction without waiting (for pipelining); finish with :meth:`commit_end`."""
         with translate(self._paths[0] if self._paths else None):
-            results: list[Any] = self._txn.commit_async().get(timeout=timeout)
+            return self._txn.commit_async()
+
+    def commit_end(self, pending: Any, timeout: float | None = None) -> list[Any]:
+        """Wait for a transaction sent by :meth:`commit_begin`; same results and errors as :meth:`commit`."""
+        with translate(self._paths[0] if self._paths else None):
+            results: list[Any] = pending.get(timeout=timeout)
         for path, result in zip(self._paths, results, strict=True):
             # Ops before the failing one report RolledBackError, ops after it RuntimeInconsistency: the first
             # error that is neither names the op that failed.
@@ -410,6 +419,51 @@ class ZkClient:
         """Make this session's next reads at least as new as the leader's state when sync returns."""
         with translate(path):
             self.kazoo.sync(path)
+
+    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """Read many znodes in one pipelined burst (one round trip of latency, not one per node).
+
+        Absent nodes give ``None``.  :raises ZkError: for any other failure.
+        """
+        pending = [(path, self.kazoo.get_async(path)) for path in paths]
+        out: list[tuple[bytes, Stat] | None] = []
+        for path, result in pending:
+            try:
+                with translate(path):
+                    data, stat = result.get()
+            except errors.NoNodeError:
+                out.append(None)
+                continue
+            out.append((data or b"", stat))
+        return out
+
+    def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
+        """List the children of many znodes in one pipelined burst; absent nodes give ``None``."""
+        pending = [(path, self.kazoo.get_children_async(path)) for path in paths]
+        out: list[list[str] | None] = []
+        for path, result in pending:
+            try:
+                with translate(path):
+                    children: list[str] = result.get()
+            except errors.NoNodeError:
+                out.append(None)
+                continue
+            out.append(children)
+        return out
+
+    def commit_many(self, transactions: Sequence[Transaction]) -> list[list[Any] | errors.ZkError]:
+        """Commit several transactions pipelined; ZooKeeper applies one session's requests in order.
+
+        Returns, per transaction, its results or the typed error it failed with (never raises for one of them).
+        """
+        pending = [txn.commit_begin() for txn in transactions]
+        out: list[list[Any] | errors.ZkError] = []
+        for txn, result in zip(transactions, pending, strict=True):
+            try:
+                out.append(txn.commit_end(result))
+            except errors.ZkError as e:
+                out.append(e)
+        return out
 
     def transaction(self) -> Transaction:
         return Transaction(self.kazoo)

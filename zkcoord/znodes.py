@@ -372,6 +372,89 @@ class Command:
         )
 
 
+# --- persisted group state ----------------------------------------------------------------------------------------
+
+
+class GroupPhase(Enum):
+    """Where a group's rebalance stands (``docs/protocol.md`` has the state machine)."""
+
+    STABLE = "stable"
+    STOPPING = "stopping"
+    STARTING = "starting"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """``/consumers/groups/<g>/state``: what a coordinator needs to finish or restart an interrupted rebalance.
+
+    ``members`` maps each consumer id of the rebalance to the ``czxid`` of its registration znode (its incarnation:
+    a consumer that re-registered after a session expiry has a new one).  ``target`` is the ownership map being
+    installed.  ``sent`` counts the command batches of the current phase already written (each batch's transaction
+    bumps it), so a writer that lost its connection knows exactly which batches landed.
+    """
+
+    generation: int
+    phase: GroupPhase
+    epoch: int
+    members: Mapping[str, int]
+    target: Ownership
+    assignor: str = "range"
+    updated_ms: int = 0
+    sent: int = 0
+    attempt: int = 0
+    error: str = ""
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": FORMAT_VERSION,
+                "generation": self.generation,
+                "phase": self.phase.value,
+                "epoch": self.epoch,
+                "members": dict(sorted(self.members.items())),
+                "target": _encode_ownership(self.target),
+                "assignor": self.assignor,
+                "updated": str(self.updated_ms),
+                "sent": self.sent,
+                "attempt": self.attempt,
+                "error": self.error,
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "group state"
+        obj = _load_object(what, data, path)
+        raw_phase = _field(obj, "phase", str, what, path)
+        try:
+            phase = GroupPhase(raw_phase)
+        except ValueError as e:
+            raise CodecError(what, f"unknown phase {raw_phase!r}", path) from e
+        members = _field(obj, "members", dict, what, path)
+        for consumer_id, czxid in members.items():
+            if not isinstance(czxid, int) or isinstance(czxid, bool) or czxid < 0:
+                raise CodecError(what, f"bad incarnation for member {consumer_id!r}", path)
+        updated = obj.get("updated", "0")
+        if not isinstance(updated, str) or not _INT_TEXT.fullmatch(updated):
+            raise CodecError(what, "field 'updated' must be a decimal string", path)
+        error = obj.get("error", "")
+        if not isinstance(error, str):
+            raise CodecError(what, "field 'error' must be a string", path)
+        return cls(
+            generation=_nonneg_int(obj, "generation", what, path),
+            phase=phase,
+            epoch=_nonneg_int(obj, "epoch", what, path),
+            members=dict(members),
+            target=_decode_ownership(obj.get("target", {}), what, path),
+            assignor=_field(obj, "assignor", str, what, path),
+            updated_ms=int(updated),
+            sent=_nonneg_int(obj, "sent", what, path),
+            attempt=_nonneg_int(obj, "attempt", what, path),
+            error=error,
+        )
+
+
 # --- owners and offsets ------------------------------------------------------------------------------------------
 
 _THREAD_ID = re.compile(r"[a-zA-Z0-9._-]+-[0-9]+")

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_partlog_format import legacy_sealed
 from zkcoord.errors import (
     ConfigurationError,
     CorruptLogError,
@@ -33,9 +34,9 @@ from zkcoord.partlog import (
     open_writer,
     partition_dir,
 )
-from tests.unit.test_partlog_format import legacy_sealed
 from zkcoord.partlog.format import (
     HEADER_SIZE,
+    UNLIMITED,
     BatchFormatError,
     RecordBatch,
     encode_batch,
@@ -44,7 +45,7 @@ from zkcoord.partlog.format import (
     seal_batch,
 )
 from zkcoord.partlog.layout import index_path, list_segments, log_path
-from zkcoord.partlog.scan import FIRST_CHUNK, UNLIMITED, SegmentScanner, Stop
+from zkcoord.partlog.scan import FIRST_CHUNK, SegmentScanner, Stop
 
 #: Tiny segments and a dense index, so that a few records exercise rolls and index lookups.
 TINY = WriterConfig(segment_bytes=600, index_interval_bytes=100, fsync_on_roll=False)
@@ -149,6 +150,16 @@ def test_read_batches_skips_into_the_first_batch_and_respects_max_bytes(tmp_path
         assert len(reader.read_batches(13, max_bytes=size)) == 1
         assert len(reader.read_batches(13, max_bytes=sum(b.size_bytes for b in batches) - 1)) == 2
         assert len(reader.read_batches(13, max_bytes=1)) == 1
+
+
+def test_a_batch_over_the_budget_is_not_read(tmp_path: Path) -> None:
+    with open_writer(tmp_path, "t", 0) as writer:
+        writer.append(b"small")
+        writer.append(b"x" * (2 << 20))
+    with open_reader(tmp_path, "t", 0) as reader:
+        assert [len(b) for b in reader.read_batches(0, max_bytes=1000)] == [1]
+        assert reader.bytes_read <= 1000  # the large batch's header was enough to leave it for the next call
+        assert [b.size_bytes > 2 << 20 for b in reader.read_batches(1, max_bytes=1000)] == [True]
 
 
 def test_batches_keep_their_bytes_after_later_reads(tmp_path: Path) -> None:
@@ -262,7 +273,12 @@ def test_stale_index_entries_are_not_trusted(tmp_path: Path) -> None:
     # An entry in the middle that points at the wrong place, and entries beyond the end of the log.
     damaged = bytearray(good)
     damaged[8 * 3 + 4 : 8 * 3 + 8] = (int.from_bytes(good[8 * 3 + 4 : 8 * 3 + 8], "big") + 1).to_bytes(4, "big")
-    index_path(directory, 0).write_bytes(bytes(damaged) + bytes.fromhex("00000fff 00ffffff 00001000 01000000"))
+    stale = bytes(damaged) + bytes.fromhex("00000fff 00ffffff 00001000 01000000")
+    for tail in (b"", bytes(8), b"\x00\x00\x00"):  # a fresh reader's end_offset() reads the last entry alone
+        index_path(directory, 0).write_bytes(stale + tail)
+        with open_reader(tmp_path, "t", 0) as reader:
+            assert reader.end_offset() == 100
+    index_path(directory, 0).write_bytes(stale)
     with open_reader(tmp_path, "t", 0) as reader:
         for offset in range(0, 100, 3):
             check_records(reader.read(offset, max_records=3), offset, min(100, offset + 3))
@@ -313,7 +329,7 @@ def test_a_log_of_the_previous_format_is_refused_and_never_cut(tmp_path: Path) -
                 read()
     with pytest.raises(CorruptLogError, match="format version 1"):
         log_offsets(tmp_path, "t", 0)
-    with pytest.raises(CorruptLogError, match="format version 1.*Nothing was changed"):
+    with pytest.raises(CorruptLogError, match=r"format version 1.*Nothing was changed"):
         open_writer(tmp_path, "t", 0)
     assert log.read_bytes() == before
     # Even when the last segment is still empty (an old writer rolled and stopped), a writer appends nothing.

@@ -15,15 +15,16 @@ from zkcoord.partlog.format import (
     HEADER_SIZE,
     LEGACY_MAGIC,
     MAGIC,
+    UNLIMITED,
     BatchFormatError,
     Record,
     RecordBatch,
-    batch_at,
     encode_batch,
     header_problem,
     is_legacy_batch,
     parse_header,
     seal_batch,
+    serve_batches,
 )
 
 keys = st.none() | st.binary(max_size=40)
@@ -48,14 +49,21 @@ def legacy_sealed(values: list[bytes], base_offset: int) -> bytes:
     return bytes(buf)
 
 
+def fast(buf: bytes, start: int, expected_offset: int, first_offset: int = -1) -> RecordBatch | None:
+    """What the fast path makes of the batch at ``buf[start:]``: the batch, or None (left to the careful path)."""
+    out: list[RecordBatch] = []
+    serve_batches(buf, memoryview(buf), start, expected_offset, first_offset=first_offset, out=out, max_records=1)
+    return out[0] if out else None
+
+
 def decode(buf: bytes, base_offset: int, first_offset: int | None = None) -> RecordBatch:
     header = parse_header(buf, 0)
     assert header_problem(header, base_offset) is None
     assert header.size == len(buf)
     batch = RecordBatch.verified(buf, 0, header, first_offset)
-    fast = batch_at(buf, memoryview(buf), 0, base_offset, -1 if first_offset is None else first_offset)
-    assert fast is not None
-    assert (fast.header, fast.first_offset, fast.records()) == (batch.header, batch.first_offset, batch.records())
+    quick = fast(buf, 0, base_offset, -1 if first_offset is None else first_offset)
+    assert quick is not None
+    assert (quick.header, quick.first_offset, quick.records()) == (batch.header, batch.first_offset, batch.records())
     return batch
 
 
@@ -141,7 +149,7 @@ def test_every_single_byte_change_is_detected(
     position = data.draw(st.integers(min_value=0, max_value=len(buf) - 1))
     buf[position] ^= data.draw(st.integers(min_value=1, max_value=255))
     damaged = bytes(buf) + b"\x00" * data.draw(st.integers(min_value=0, max_value=64))  # what follows in a buffer
-    assert batch_at(damaged, memoryview(damaged), 0, 7, -1) is None  # the fast path refuses it too
+    assert fast(damaged, 0, 7) is None  # the fast path refuses it too
     header = parse_header(damaged, 0)
     if header_problem(header, 7) is not None or header.size != len(buf):
         return  # caught by the header checks, or no longer a complete batch: a scanner stops there
@@ -155,11 +163,9 @@ def test_the_fast_path_needs_the_whole_batch_in_the_buffer(
 ) -> None:
     buf = sealed(items, base_offset)
     cut = data.draw(st.integers(min_value=0, max_value=len(buf) - 1))
-    prefix = b"\xee" * 5 + buf[:cut]
-    assert batch_at(prefix, memoryview(prefix), 5, base_offset, -1) is None
-    whole = b"\xee" * 5 + buf
-    assert batch_at(whole, memoryview(whole), 5, base_offset, -1) is not None
-    assert batch_at(whole, memoryview(whole), 5, base_offset + 1, -1) is None  # not the offset expected there
+    assert fast(b"\xee" * 5 + buf[:cut], 5, base_offset) is None
+    assert fast(b"\xee" * 5 + buf, 5, base_offset) is not None
+    assert fast(b"\xee" * 5 + buf, 5, base_offset + 1) is None  # not the offset expected there
 
 
 def test_a_batch_of_the_previous_format_is_recognised_only_when_it_verifies() -> None:
@@ -167,7 +173,7 @@ def test_a_batch_of_the_previous_format_is_recognised_only_when_it_verifies() ->
     header = parse_header(legacy, 0)
     assert header.magic == LEGACY_MAGIC
     assert "format version 1 (CRC-32), not 2 (CRC-32C)" in (header_problem(header, 7) or "")
-    assert batch_at(legacy, memoryview(legacy), 0, 7, -1) is None
+    assert fast(legacy, 0, 7) is None
     assert is_legacy_batch(legacy, 0, header, 7)
     assert not is_legacy_batch(legacy, 0, header, 8)  # not where it would have to be
     assert not is_legacy_batch(legacy[:-1], 0, header, 7)  # torn
@@ -214,3 +220,27 @@ def test_columns_that_contradict_the_length_are_refused_even_with_a_good_crc(val
     batch = RecordBatch.verified(bytes(buf), 0, parse_header(bytes(buf), 0))  # the CRC matches
     with pytest.raises(CorruptLogError, match="contradict"):
         batch.records()
+
+
+def test_serving_a_run_of_batches_skips_limits_and_stops_where_a_batch_is_not_whole() -> None:
+    run = b"".join(sealed([(None, b"x" * 10, 1)] * 3, base) for base in (0, 3, 6, 9))  # 4 batches of 3 records
+    size = len(run) // 4
+    view = memoryview(run)
+    out: list[RecordBatch] = []
+    assert serve_batches(run, view, 0, 0, first_offset=4, out=out) == (len(run), 12, UNLIMITED - 3 * size, 8)
+    assert [b.first_offset for b in out] == [4, 6, 9]  # the batch ending before offset 4 is skipped
+    out = []
+    assert serve_batches(run, view, 0, 0, first_offset=3, out=out)[3] == 9
+    assert [b.first_offset for b in out] == [3, 6, 9]  # offset 3 starts the second batch: the first one is skipped
+    out = []
+    # The first batch served regardless of the budget, the others within it.
+    assert serve_batches(run, view, 0, 0, first_offset=0, out=out, budget=size - 1) == (size, 3, -1, 3)
+    out = []
+    assert serve_batches(run, view, 0, 0, first_offset=0, out=out, budget=size - 1, limited=True) == (0, 0, size - 1, 0)
+    assert out == []
+    served = serve_batches(run, view, 0, 0, first_offset=0, out=out, max_records=4)
+    assert served == (2 * size, 6, UNLIMITED - 2 * size, 6)
+    out = []
+    torn = run[:-1]  # the last batch is not whole: the run stops before it
+    served = serve_batches(torn, memoryview(torn), size, 3, first_offset=0, out=out)
+    assert served == (3 * size, 9, UNLIMITED - 2 * size, 6)

@@ -15,6 +15,8 @@ from zkcoord.znodes import (
     Command,
     CommandOption,
     CoordinatorInfo,
+    GroupPhase,
+    GroupState,
     MemberRegistration,
     Pattern,
     TopicAssignment,
@@ -181,3 +183,31 @@ def test_arbitrary_bytes_never_crash_a_decoder(data: bytes) -> None:
     ):
         with contextlib.suppress(CodecError):
             decode(data)
+
+
+@given(
+    generation=st.integers(0, 2**40),
+    phase=st.sampled_from(GroupPhase),
+    epoch=st.integers(0, 2**40),
+    members=st.dictionaries(names, st.integers(0, 2**62), max_size=5),
+    target=st.dictionaries(topics, st.dictionaries(st.integers(0, 9999), threads, max_size=5), max_size=4),
+    sent=st.integers(0, 1000),
+    error=st.text(max_size=50),
+)
+def test_group_state_round_trip(
+    generation: int,
+    phase: GroupPhase,
+    epoch: int,
+    members: dict[str, int],
+    target: dict[str, dict[int, str]],
+    sent: int,
+    error: str,
+) -> None:
+    state = GroupState(generation, phase, epoch, members, target, "range", 5, sent, 1, error)
+    assert GroupState.decode(state.encode()) == state
+
+
+def test_group_state_refuses_unknown_phase() -> None:
+    bad = GroupState(1, GroupPhase.STABLE, 1, {}, {}).encode().replace(b'"stable"', b'"dancing"')
+    with pytest.raises(CodecError, match="unknown phase"):
+        GroupState.decode(bad)

@@ -10,6 +10,7 @@ from zkcoord import __version__
 from zkcoord.cli.broker_cmd import broker
 from zkcoord.cli.common import ZkCoordGroup
 from zkcoord.cli.demo_cmd import demo
+from zkcoord.cli.group_cmd import group
 from zkcoord.cli.produce_cmd import fetch, produce
 from zkcoord.cli.topic_cmd import topic
 from zkcoord.cli.zk_cmd import zk
@@ -28,6 +29,7 @@ def cli(verbose: int) -> None:
       zkcoord topic create orders -p 8          create a topic
       zkcoord produce orders --count 10000      write records
       zkcoord fetch orders --summary            read them back
+      zkcoord group describe GROUP              members, owners, offsets and lag of a group
       zkcoord demo                              the whole tour, end to end
 
     Every command that talks to ZooKeeper takes --zk HOST:PORT[/chroot].
@@ -41,6 +43,7 @@ cli.add_command(broker)
 cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(fetch)
+cli.add_command(group)
 cli.add_command(demo)
 
 

@@ -8,25 +8,60 @@ from pathlib import Path
 
 import click
 
-from zkcoord.broker import Broker, BrokerConfig
+from zkcoord.assignors import ASSIGNORS
+from zkcoord.broker import Broker, BrokerConfig, BrokerService
 from zkcoord.cli.common import journal_option, open_journal, stop_on_signals, zk_config, zk_options
+from zkcoord.coordinator import Coordinator, CoordinatorConfig
 
 
 @click.command()
 @click.option("--id", "broker_id", type=click.IntRange(0, 2**31 - 1), required=True, help="Broker id (unique).")
 @click.option("--host", default=socket.gethostname, show_default="this host", help="Host to advertise.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to advertise [default: 9092+id].")
+@click.option(
+    "--assignor", type=click.Choice(sorted(ASSIGNORS)), default="range", show_default=True, help="Partition assignor."
+)
+@click.option(
+    "--rebalance-timeout",
+    type=click.FloatRange(0.05, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds a rebalance phase waits for every acknowledgement.",
+)
+@click.option(
+    "--max-rebalance-retries", type=click.IntRange(0, 100), default=4, show_default=True, help="Retries per rebalance."
+)
+@click.option(
+    "--rebalance-backoff",
+    type=click.FloatRange(0, 600),
+    default=0.2,
+    show_default=True,
+    help="Seconds before the first retry (doubled each time).",
+)
+@click.option("--no-coordinator", is_flag=True, help="Do not take part in the coordinator election.")
+@click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: coordinator writes skip the fence.")
 @zk_options
 @journal_option
 def broker(
-    broker_id: int, host: str, port: int | None, zk: str, session_timeout: float, journal_dir: Path | None
+    broker_id: int,
+    host: str,
+    port: int | None,
+    assignor: str,
+    rebalance_timeout: float,
+    max_rebalance_retries: int,
+    rebalance_backoff: float,
+    no_coordinator: bool,
+    unsafe: bool,
+    zk: str,
+    session_timeout: float,
+    journal_dir: Path | None,
 ) -> None:
-    """Run broker ID: register /brokers/ids/ID and stay registered until stopped.
+    """Run broker ID: register /brokers/ids/ID, take part in the coordinator election, stay until stopped.
 
     Re-registers after a session expiry; refuses an id held by a live broker; on SIGTERM or SIGINT removes its
-    registration and exits 0.
+    registration and exits 0.  The elected broker coordinates every consumer group (docs/protocol.md).
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s broker-%(threadName)s %(levelname)s %(message)s")
+    logging.getLogger("zkcoord").setLevel(min(logging.getLogger("zkcoord").getEffectiveLevel(), logging.INFO))
     config = BrokerConfig(
         broker_id=broker_id,
         zk=zk_config(zk, session_timeout),
@@ -35,7 +70,17 @@ def broker(
     )
     stop = stop_on_signals()
     journal = open_journal(journal_dir, f"broker-{broker_id}")
-    node = Broker(config, journal)
+    services: list[BrokerService] = []
+    if not no_coordinator:
+        coordinator_config = CoordinatorConfig(
+            assignor=assignor,
+            rebalance_timeout_s=rebalance_timeout,
+            max_rebalance_retries=max_rebalance_retries,
+            rebalance_backoff_s=rebalance_backoff,
+            unsafe_no_fencing=unsafe,
+        )
+        services.append(Coordinator(broker_id, coordinator_config))
+    node = Broker(config, journal, services)
     node.start()
     click.echo(f"broker {broker_id} registered at {config.zk.address} (session {node.zk.session_id:#x})", err=True)
     try:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise, repeat
 from typing import NamedTuple, cast
 
@@ -132,8 +132,10 @@ def header_problem(header: BatchHeader, expected_offset: int) -> str | None:
     """
     if header.magic != MAGIC:
         if header.magic == LEGACY_MAGIC:
-            return f"format version {LEGACY_MAGIC} (CRC-32), not {MAGIC} (CRC-32C)"
-        return f"bad magic {header.magic} (expected {MAGIC})"
+            problem = f"format version {LEGACY_MAGIC} (CRC-32), not {MAGIC} (CRC-32C)"
+        else:
+            problem = f"bad magic {header.magic} (expected {MAGIC})"
+        return problem
     if header.base_offset != expected_offset:
         return f"base offset {header.base_offset} where {expected_offset} was expected"
     if header.attributes & ~_KNOWN_ATTRIBUTES:
@@ -241,37 +243,70 @@ def is_legacy_batch(buf: bytes, start: int, header: BatchHeader, expected_offset
 
 _unpack_header = HEADER.unpack_from
 _new_tuple = tuple.__new__
+#: No limit, for :func:`serve_batches`.
+UNLIMITED = 1 << 63
 
 
-def batch_at(buf: bytes, view: memoryview, start: int, expected_offset: int, first_offset: int) -> RecordBatch | None:
-    """The batch at ``buf[start:]`` if it is whole in ``buf`` and valid; otherwise None (not an error).
+def serve_batches(
+    buf: bytes,
+    view: memoryview,
+    start: int,
+    expected_offset: int,
+    *,
+    first_offset: int,
+    out: list[RecordBatch],
+    budget: int = UNLIMITED,
+    limited: bool = False,
+    max_records: int = UNLIMITED,
+) -> tuple[int, int, int, int]:
+    """Verify the batches that follow each other in ``buf`` from ``start`` on, and serve them into ``out``.
 
-    The fast path of a scan: one call per batch, no exception, nothing allocated but the batch.  It accepts exactly
-    what :func:`header_problem` and :meth:`RecordBatch.verified` accept together, so a caller that gets None runs
-    those to learn why (or reads more bytes) and reaches the same verdict.
+    The fast path of every scan: the batches a read serves are usually whole in its buffer already, and this loop
+    verifies them with no I/O, no exception and nothing allocated but the batches.  It goes on while the batch at
+    ``start`` is whole in ``buf`` and valid: exactly what :func:`header_problem` and :meth:`RecordBatch.verified`
+    accept together (the caller runs those on the batch where it stopped, after reading more bytes if need be, to
+    learn why).
+
+    A batch that ends before ``first_offset`` is verified and skipped.  The others are appended to ``out``, from
+    ``first_offset`` on (:attr:`RecordBatch.first_offset`), while they fit in ``budget`` (if ``limited``; the first
+    batch served sets ``limited``) and until they hold ``max_records`` records.
 
     :param view: ``memoryview(buf)``, made once per buffer (the CRC reads it without copying).
-    :param first_offset: as for :meth:`RecordBatch.verified` (any value <= the base offset: the whole batch).
+    :returns: ``(start, expected_offset, budget, records)`` after the last batch verified: the boundary, the offset
+        the next batch must have, the budget left and the records served.
     """
-    if len(buf) - start < HEADER_SIZE:
-        return None
-    fields = _unpack_header(buf, start)
-    base_offset, length, magic, crc, attributes, count, _, _ = fields
-    size = length + LENGTH_OVERHEAD
-    if (
-        magic != MAGIC
-        or base_offset != expected_offset
-        or attributes & ~_KNOWN_ATTRIBUTES
-        or count < 1
-        or size > len(buf) - start
-        or size > MAX_BATCH_SIZE
-        or size < HEADER_SIZE + (8 if attributes & ATTR_UNIFORM_TIMESTAMPS else 16) * count
-        or crc32c(view[start + CRC_END : start + size], crc32c(buf[start : start + CRC_START])) != crc
-    ):
-        return None
-    if first_offset > base_offset:
-        return RecordBatch(buf, start, fields, min(first_offset, base_offset + count - 1))
-    return RecordBatch(buf, start, fields, base_offset)
+    end = len(buf)
+    served = 0
+    serve = out.append
+    while end - start >= HEADER_SIZE:
+        fields = _unpack_header(buf, start)
+        base_offset, length, magic, crc, attributes, count, _, _ = fields
+        size = length + LENGTH_OVERHEAD
+        if (
+            magic != MAGIC
+            or base_offset != expected_offset
+            or attributes & ~_KNOWN_ATTRIBUTES
+            or count < 1
+            or size > end - start
+            or size > MAX_BATCH_SIZE
+            or size < HEADER_SIZE + (8 if attributes & ATTR_UNIFORM_TIMESTAMPS else 16) * count
+            or crc32c(view[start + CRC_END : start + size], crc32c(buf[start : start + CRC_START])) != crc
+        ):
+            break
+        next_offset = base_offset + count
+        if next_offset > first_offset:
+            if limited and size > budget:
+                break
+            first = base_offset if first_offset <= base_offset else first_offset
+            serve(RecordBatch(buf, start, fields, first))
+            budget -= size
+            served += next_offset - first
+            limited = True
+            if served >= max_records:
+                return start + size, next_offset, budget, served
+        start += size
+        expected_offset = next_offset
+    return start, expected_offset, budget, served
 
 
 class RecordBatch:
@@ -288,9 +323,9 @@ class RecordBatch:
     _columns: tuple[Sequence[int], Sequence[int], Sequence[int]]
 
     def __init__(self, buf: bytes, start: int, fields: tuple[int, ...], first_offset: int) -> None:
-        # Use RecordBatch.verified() or batch_at(); this constructor trusts its arguments.  It runs once per batch a
-        # reader serves, so it stores only what it is given: ``fields`` is the header as unpacked (a BatchHeader, or
-        # the plain tuple of its fields, which the scanner also reads), :attr:`header` makes a BatchHeader of it.
+        # Use RecordBatch.verified() or serve_batches(); this constructor trusts its arguments.  It runs once per
+        # batch a reader serves, so it stores only what it is given: ``fields`` is the header as unpacked (a
+        # BatchHeader, or the plain tuple of its fields), :attr:`header` makes a BatchHeader of it.
         self._buf = buf
         self._start = start
         self._fields = fields
@@ -414,9 +449,9 @@ class RecordBatch:
         # Where each wanted value starts and ends: accumulate() and pairwise() run in C.
         value_bounds = accumulate(value_lengths[skip:n], initial=values_start + sum(value_lengths[:skip]))
         values = [buf[a:b] for a, b in pairwise(value_bounds)]
-        keys: Iterable[bytes | None]
+        keys: Sequence[bytes | None]
         if nulls == count:
-            keys = repeat(None)
+            keys = (None,) * (n - skip)
         elif not nulls:
             key_bounds = accumulate(key_lengths[skip:n], initial=keys_start + sum(key_lengths[:skip]))
             keys = [buf[a:b] for a, b in pairwise(key_bounds)]
@@ -432,5 +467,5 @@ class RecordBatch:
                     pos += length
             keys = key_list
         # tuple.__new__ builds each Record in C (Record(...) would run a Python-level __new__ per record).
-        rows = zip(range(self.first_offset, base + n), timestamps[skip:n], keys, values)
+        rows = zip(range(self.first_offset, base + n), timestamps[skip:n], keys, values, strict=True)
         return list(map(_new_tuple, repeat(Record), rows))

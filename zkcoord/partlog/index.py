@@ -59,6 +59,31 @@ def read_entries(fd: int, first: int = 0) -> list[tuple[int, int]]:
     return list(ENTRY.iter_unpack(data[:whole]))
 
 
+def last_entry(path: Path, base_offset: int) -> tuple[int, int]:
+    """The last complete entry of the index at ``path``, as ``(offset, position)``; ``(base, 0)`` if none.
+
+    One small read, for a reader that wants the end of the log and has not loaded the index (``end_offset()`` of a
+    fresh reader, ``log_offsets()``).  Unlike :class:`OffsetIndex` it does not check the order of the entries: the
+    reader verifies the batch at the entry either way (and reads the segment from its start if it is stale), so an
+    entry that would fail the order check costs time, never correctness.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return base_offset, 0
+    try:
+        usable = os.fstat(fd).st_size // ENTRY_SIZE * ENTRY_SIZE
+        data = os.pread(fd, ENTRY_SIZE, usable - ENTRY_SIZE) if usable else b""
+    finally:
+        os.close(fd)
+    if len(data) < ENTRY_SIZE:
+        return base_offset, 0
+    relative, position = ENTRY.unpack(data)
+    if relative == 0 or position == 0:  # never written: the segment start is implicit
+        return base_offset, 0
+    return base_offset + relative, position
+
+
 def entry_count(fd: int) -> int:
     """Number of complete entries in the file."""
     return os.fstat(fd).st_size // ENTRY_SIZE

@@ -20,10 +20,10 @@ from types import TracebackType
 from typing import NamedTuple, Self
 
 from zkcoord.errors import CorruptLogError, LogError, OffsetOutOfRangeError
-from zkcoord.partlog.format import Record, RecordBatch
-from zkcoord.partlog.index import OffsetIndex
+from zkcoord.partlog.format import UNLIMITED, Record, RecordBatch
+from zkcoord.partlog.index import OffsetIndex, last_entry
 from zkcoord.partlog.layout import PathLike, index_path, list_segments, log_path, partition_dir, segment_exists
-from zkcoord.partlog.scan import FIRST_CHUNK, UNLIMITED, SegmentScanner, Stop
+from zkcoord.partlog.scan import FIRST_CHUNK, SegmentScanner, Stop
 
 logger = logging.getLogger(__name__)
 
@@ -248,22 +248,28 @@ class PartitionReader:
             base = self._segments[-1]
         else:
             base = self._segments[max(0, bisect_right(self._segments, offset) - 1)]
-        if offset == base:
-            return _Boundary(base, 0, base), False  # the segment's start: nothing is nearer
-        for hint in (self._resume, self._tail):
+        # The segment's start, or where a sequential reader's previous read stopped: no index lookup needed.
+        for hint in (_Boundary(base, 0, base), self._resume, self._tail):
             if hint is not None and hint.base == base and hint.offset == offset:
-                return hint, False  # a sequential reader: no index lookup needed
-        index = self._indexes.get(base)
-        if index is None:
-            index = self._indexes[base] = OffsetIndex(index_path(self.directory, base), base)
-        index.final = base != self._segments[-1]
-        index.refresh()
-        entry_offset, position = index.last() if offset == _NO_OFFSET else index.lookup(offset)
+                return hint, False
+        entry_offset, position = self._index_entry(base, offset)
         best, from_index = _Boundary(base, position, entry_offset), position > 0
         for hint in (self._resume, self._tail):
             if hint is not None and hint.base == base and best.offset < hint.offset <= offset:
                 best, from_index = hint, False
         return best, from_index
+
+    def _index_entry(self, base: int, offset: int) -> tuple[int, int]:
+        """The index entry of segment ``base`` nearest before ``offset`` (the last one for ``_NO_OFFSET``)."""
+        index = self._indexes.get(base)
+        if offset == _NO_OFFSET and index is None:
+            # Only the end is wanted: the last entry will do, without loading (and checking) the whole index.
+            return last_entry(index_path(self.directory, base), base)
+        if index is None:
+            index = self._indexes[base] = OffsetIndex(index_path(self.directory, base), base)
+        index.final = base != self._segments[-1]
+        index.refresh()
+        return index.last() if offset == _NO_OFFSET else index.lookup(offset)
 
     def _next_segment(self, base: int, end_offset: int) -> int | None:
         """The segment after ``base`` (which ends at ``end_offset``), if there is one."""

@@ -13,9 +13,11 @@ read costs few system calls).  It never writes.  When it cannot go on it sets :a
 * ``UNSUPPORTED``: a whole, valid batch of an older format version (written by an older zkcoord).  Never a torn
   tail: every caller refuses it with :attr:`SegmentScanner.problem` as the reason, and nothing is cut.
 
-Each batch is first tried on the fast path (:func:`~zkcoord.partlog.format.batch_at`: the whole batch already in
-the buffer and valid); anything else (a batch that straddles the end of the buffer, the end of the file, damage)
-goes through the careful path, which reads what it needs and finds out why.  Both accept exactly the same batches.
+Batches are verified on the fast path (:func:`~zkcoord.partlog.format.serve_batches`: one loop over the batches
+already whole in the buffer) as long as it goes; the batch where it stops (one that straddles the end of the
+buffer, the end of the file, damage) goes through the careful path, which reads what it needs and finds out why.
+Both accept exactly the same batches.  Every read is into a fresh ``bytes`` object, never into a reused buffer:
+batches handed out keep referring to the bytes they were verified in.
 
 Before reporting ``INVALID`` the scanner reads the same bytes again once: a writer's recovery may just have cut a
 torn tail and appended a new batch in its place, and a reader must not call that corruption.
@@ -29,23 +31,21 @@ import os
 from zkcoord.partlog.format import (
     HEADER_SIZE,
     LEGACY_MAGIC,
-    LENGTH_OVERHEAD,
     MAGIC,
     MAX_BATCH_SIZE,
     MIN_BATCH_SIZE,
+    UNLIMITED,
     BatchFormatError,
     BatchHeader,
     RecordBatch,
-    batch_at,
     header_problem,
     is_legacy_batch,
     parse_header,
+    serve_batches,
 )
 
 FIRST_CHUNK = 16 * 1024
 MAX_CHUNK = 1024 * 1024
-#: No limit, for :meth:`SegmentScanner.take`.
-UNLIMITED = 1 << 63
 _EMPTY = b""
 _EMPTY_VIEW = memoryview(_EMPTY)
 
@@ -145,29 +145,10 @@ class SegmentScanner:
         # pread of a regular file is short only at the end of the file.
         return len(self._buf)
 
-    def next_batch(self, first_offset: int | None = None, want: int = 0) -> RecordBatch | None:
-        """Return the next verified batch, or None when the scan stops (see :attr:`stop`).
-
-        :param first_offset: passed to :meth:`RecordBatch.verified` (records before it are not served).
-        :param want: how many bytes the caller may still consume (0: unknown); caps the next read, which is
-            otherwise as long as the current chunk size.
-        """
-        if self.stop is not None:
-            return None
-        batch = batch_at(
-            self._buf,
-            self._view,
-            self.position - self._buf_pos,
-            self.next_offset,
-            -1 if first_offset is None else first_offset,
-        )
-        if batch is None:
-            batch = self._careful(first_offset, want, UNLIMITED)
-            if batch is None:
-                return None
-        self.position += batch.size_bytes
-        self.next_offset = batch.next_offset
-        return batch
+    def next_batch(self) -> RecordBatch | None:
+        """Return the next verified batch, or None when the scan stops (see :attr:`stop`)."""
+        batches = self.take(-1, UNLIMITED, max_records=1)
+        return batches[0] if batches else None
 
     def take(self, offset: int, budget: int, *, first: bool = True, max_records: int = UNLIMITED) -> list[RecordBatch]:
         """Verified batches from :attr:`position` on, as a reader serves them; adds to :attr:`served_bytes` and
@@ -183,42 +164,44 @@ class SegmentScanner:
         batches: list[RecordBatch] = []
         if self.stop is not None:
             return batches
-        serve = batches.append
         limited = not first  # whether the budget applies to the next batch served
-        unspent, served_records = budget, 0
-        expected = self.next_offset
-        buf, view, start = self._buf, self._view, self.position - self._buf_pos  # position = _buf_pos + start
-        # The hot loop of a sequential read: all state in locals, one call (batch_at) per batch.
+        unspent, served = budget, 0
+        expected, start = self.next_offset, self.position - self._buf_pos  # position = _buf_pos + start
         while True:
-            batch = batch_at(buf, view, start, expected, offset)
+            # The fast path: every batch already whole in the buffer, verified in one loop.
+            start, expected, unspent, records = serve_batches(
+                self._buf,
+                self._view,
+                start,
+                expected,
+                first_offset=offset,
+                out=batches,
+                budget=unspent,
+                limited=limited,
+                max_records=max_records - served,
+            )
+            served += records
+            limited = limited or bool(batches)
+            if served >= max_records or (limited and unspent < MIN_BATCH_SIZE):
+                break  # a limit is reached (no batch can fit: do not even read its header)
+            # The careful path for the batch at the boundary: read it (or more), or find out why it is not valid.
+            self.position, self.next_offset = self._buf_pos + start, expected
+            batch = self._careful(offset, unspent, unspent if limited else UNLIMITED)
+            start = self.position - self._buf_pos  # it may have read a new buffer
             if batch is None:
-                if limited and unspent < MIN_BATCH_SIZE:
-                    break  # no batch can fit: do not read its header
-                self.position, self.next_offset = self._buf_pos + start, expected
-                buf, view = _EMPTY, _EMPTY_VIEW  # hold no reference to a buffer that the careful path replaces
-                batch = self._careful(offset, unspent, unspent if limited else UNLIMITED)
-                buf, view, start = self._buf, self._view, self.position - self._buf_pos  # it may have read
-                if batch is None:
-                    break  # the scan stopped, or the batch is over the budget
-            fields = batch._fields  # the header's fields, read here rather than through properties (hot loop)
-            size = fields[1] + LENGTH_OVERHEAD
-            end_offset = fields[0] + fields[5]
-            if end_offset > offset:
-                if False:
-                    break
-                serve(batch)
+                break  # the scan stopped, or the batch is over the budget
+            size, expected = batch.size_bytes, batch.next_offset
+            if expected > offset:
+                batches.append(batch)
                 unspent -= size
-                served_records += end_offset - batch.first_offset
-                if served_records >= max_records:
-                    start += size
-                    expected = end_offset
-                    break
+                served += expected - batch.first_offset
                 limited = True
             start += size
-            expected = end_offset
+            if served >= max_records:
+                break
         self.position, self.next_offset = self._buf_pos + start, expected
         self.served_bytes += budget - unspent
-        self.served_records += served_records
+        self.served_records += served
         return batches
 
     def _careful(self, first_offset: int | None, want: int, limit: int) -> RecordBatch | None:
@@ -251,16 +234,12 @@ class SegmentScanner:
         complete = False
         for parse in range(2):
             available = self._available(HEADER_SIZE, want)
-            if available == 0:
-                return Stop.END
             if available < HEADER_SIZE:
-                return Stop.INCOMPLETE
+                return Stop.INCOMPLETE if available else Stop.END
             header = self._header = parse_header(self._buf, self.position - self._buf_pos)
             problem = header_problem(header, self.next_offset)
             if problem is not None:
-                if header.magic == LEGACY_MAGIC and self._legacy(header, want):
-                    return Stop.UNSUPPORTED
-                return problem
+                return Stop.UNSUPPORTED if header.magic == LEGACY_MAGIC and self._legacy(header, want) else problem
             if header.size > limit and (first_offset is None or header.last_offset >= first_offset):
                 return None
             reads = self._reads

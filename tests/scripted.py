@@ -1,0 +1,139 @@
+"""A scripted consumer for coordinator tests: registers, obeys its channel in sequence order, records everything.
+
+It is a real ZooKeeper client (no mock): it creates its member znode, watches its channel and deletes commands to
+acknowledge them, exactly as the real consumer will.  Tests choose its behaviour: acknowledge (the default), never
+acknowledge (a stuck member), or reject by rule.  Command handling runs on its own thread; the watch only enqueues.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from zkcoord import paths
+from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.znodes import Command, CommandOption, MemberRegistration, Pattern
+
+
+@dataclass
+class Seen:
+    name: str
+    command: Command | None
+    error: str = ""
+
+
+@dataclass
+class ScriptedConsumer:
+    hosts: str
+    group: str
+    subscription: dict[str, int]
+    pattern: Pattern = Pattern.STATIC
+    ack: bool = True
+    session_timeout: float = 4.0
+    consumer_id: str = ""
+    #: start() connects and watches but does not register; call register() (to join many at the same instant)
+    defer_register: bool = False
+    seen: list[Seen] = field(default_factory=list)
+    owned: dict[str, dict[int, str]] = field(default_factory=dict)
+    fetching: bool = False
+    generation: int = -1
+    epoch: int = -1
+
+    def __post_init__(self) -> None:
+        if not self.consumer_id:
+            self.consumer_id = f"{self.group}_test-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+        self.zk = ZkClient(ZkConfig.from_string(self.hosts, session_timeout_s=self.session_timeout), name="scripted")
+        self._inbox: queue.Queue[list[str] | None] = queue.Queue()
+        self._done: set[str] = set()
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"scripted-{self.consumer_id[-8:]}", daemon=True)
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> ScriptedConsumer:
+        self.zk.start()
+        self.zk.ensure_path(paths.channel(self.group, self.consumer_id))
+        if not self.defer_register:
+            self.register()
+        self._thread.start()
+        self.zk.watch_children(paths.channel(self.group, self.consumer_id), self._inbox.put)
+        return self
+
+    def register(self) -> None:
+        reg = MemberRegistration(self.pattern, self.subscription, int(time.time() * 1000))
+        self.zk.create(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True, makepath=True)
+
+    def close(self) -> None:
+        self._inbox.put(None)
+        self.zk.stop()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- command handling (own thread) ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while (children := self._inbox.get()) is not None:
+            for name in sorted(children, key=lambda n: n[-10:]):
+                if name in self._done:
+                    continue
+                path = f"{paths.channel(self.group, self.consumer_id)}/{name}"
+                try:
+                    data, _ = self.zk.get(path)
+                except NoNodeError:
+                    continue
+                except ZkError:
+                    break
+                self._done.add(name)
+                self._apply(name, data)
+                if self.ack:
+                    with contextlib.suppress(ZkError):
+                        self.zk.delete(path)
+
+    def _apply(self, name: str, data: bytes) -> None:
+        try:
+            cmd = Command.decode(data)
+        except CodecError as e:
+            with self._changed:
+                self.seen.append(Seen(name, None, e.reason))
+                self._changed.notify_all()
+            return
+        stale = (cmd.epoch, cmd.generation) < (self.epoch, self.generation)
+        with self._changed:
+            self.seen.append(Seen(name, cmd, "stale" if stale else ""))
+            if not stale:
+                self.epoch, self.generation = cmd.epoch, cmd.generation
+                if cmd.option is CommandOption.STOP_FETCHER:
+                    self.fetching = False
+                    self.owned = {}
+                else:
+                    self.fetching = True
+                    self.owned = {t: dict(p) for t, p in cmd.ownership.items()}
+            self._changed.notify_all()
+
+    # --- waiting ------------------------------------------------------------------------------------------------
+
+    def wait_for(self, predicate: Callable[[ScriptedConsumer], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{self.consumer_id}: condition not reached in {timeout} s; saw {self.seen}")
+                self._changed.wait(left)
+
+    def commands(self, option: CommandOption | None = None) -> list[Command]:
+        return [s.command for s in self.seen if s.command and (option is None or s.command.option is option)]
+
+    def partitions(self) -> set[tuple[str, int]]:
+        return {(t, p) for t, parts in self.owned.items() for p in parts}

@@ -1,0 +1,132 @@
+"""``zkcoord group list|describe``: read-only views of consumer groups, like ``kafka-consumer-groups.sh --describe``.
+
+Output contract: ``--json`` prints exactly one JSON object on stdout (``GroupDescription.to_json()`` or
+``{"groups": [...]}``), with the problems found inside it.  Otherwise stdout holds the tables and every problem (a
+malformed znode, an unreadable log) is one ``warning: ...`` line on stderr; problems never change the exit status.
+An unknown group, an invalid name or an unreachable ZooKeeper is one ``Error: ...`` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
+from zkcoord.groups import GroupDescription, GroupStatus, MemberView, PartitionView, consumer_of, describe_group
+from zkcoord.groups import list_groups as read_groups
+from zkcoord.names import validate_group
+from zkcoord.zk import ZkClient
+from zkcoord.znodes import Pattern
+
+
+@click.group(cls=ZkCoordGroup)
+def group() -> None:
+    """List and describe consumer groups (/consumers/groups; read-only)."""
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """Print left-aligned columns separated by two spaces, Kafka's tool style."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for row in [headers, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _dash(value: object | None) -> str:
+    return "-" if value is None else str(value)
+
+
+@group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@zk_options
+def list_(as_json: bool, zk: str, session_timeout: float) -> None:
+    """List groups with their member count, state and generation."""
+    with ZkClient(zk_config(zk, session_timeout), name="group-list") as client:
+        summaries = read_groups(client)
+    if as_json:
+        echo_json({"groups": [s.to_json() for s in summaries]})
+        return
+    _table(
+        ["GROUP", "MEMBERS", "STATE", "GENERATION"],
+        [[s.group, str(s.members), s.state.value, _dash(s.generation)] for s in summaries],
+    )
+    for s in summaries:
+        for problem in s.problems:
+            click.echo(f"warning: {problem}", err=True)
+
+
+def _header(d: GroupDescription) -> list[str]:
+    st = d.persisted
+    count = f"{len(d.members)} member{'' if len(d.members) == 1 else 's'}"
+    if st is None:
+        return [f"group {d.group}: {d.state.value} (no rebalance state: never rebalanced), {count}"]
+    state = d.state.value
+    if d.state is GroupStatus.REBALANCING:
+        state += f" (phase {st.phase.value}, attempt {st.attempt})"
+    line = f"group {d.group}: {state}, generation {st.generation}, coordinator epoch {st.epoch}, {count}"
+    if st.updated_ms:
+        line += f", updated {datetime.fromtimestamp(st.updated_ms / 1000, UTC):%Y-%m-%dT%H:%M:%SZ}"
+    lines = [line]
+    if d.state is GroupStatus.FAILED:
+        lines.append(f"last error (attempt {st.attempt}): {st.error or '(none recorded)'}")
+    if d.membership_changed and d.state is GroupStatus.STABLE:
+        lines.append(f"note: the members changed since generation {st.generation} was formed; a rebalance is due")
+    return lines
+
+
+def _member_row(m: MemberView, owned: Counter[str]) -> list[str]:
+    reg = m.registration
+    if reg is None:
+        return [m.consumer_id, "?", "(unreadable)", "-", str(owned[m.consumer_id])]
+    if reg.pattern is Pattern.STATIC:
+        subscription = ",".join(f"{t}:{n}" for t, n in sorted(reg.subscription.items()))
+    else:
+        subscription = next(iter(reg.subscription))
+    return [m.consumer_id, reg.pattern.value, subscription, str(m.threads), str(owned[m.consumer_id])]
+
+
+def _partition_row(p: PartitionView) -> list[str]:
+    owner = "-" if p.owner is None else p.owner if p.owner_live else f"{p.owner} (gone)"
+    lag = _dash(p.lag) + ("*" if p.lag_from == "log_start" else "")
+    return [p.topic, str(p.partition), owner, _dash(p.committed), _dash(p.log_end), lag]
+
+
+def _print_description(d: GroupDescription) -> None:
+    for line in _header(d):
+        click.echo(line)
+    click.echo()
+    owned = Counter(consumer_of(p.owner) for p in d.partitions if p.owner is not None)
+    if d.members:
+        headers = ["CONSUMER-ID", "PATTERN", "SUBSCRIPTION", "THREADS", "PARTITIONS"]
+        _table(headers, [_member_row(m, owned) for m in d.members])
+    else:
+        click.echo("(no members)")
+    click.echo()
+    if d.partitions:
+        headers = ["TOPIC", "PARTITION", "OWNER", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+        _table(headers, [_partition_row(p) for p in d.partitions])
+    else:
+        click.echo("(no owned or committed partitions)")
+    if any(p.lag_from == "log_start" for p in d.partitions):
+        click.echo("* no committed offset: lag counted from the log start")
+
+
+@group.command()
+@click.argument("name", metavar="GROUP")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@zk_options
+@data_dir_option
+def describe(name: str, as_json: bool, zk: str, session_timeout: float, data_dir: Path | None) -> None:
+    """Show GROUP: its state, members, and per partition the owner, committed offset, log end and lag."""
+    validate_group(name)  # before connecting: a typo is refused even when ZooKeeper is down
+    with ZkClient(zk_config(zk, session_timeout), name="group-describe") as client:
+        description = describe_group(client, name, resolve_data_dir(data_dir))
+    if as_json:
+        echo_json(description.to_json())
+        return
+    _print_description(description)
+    for problem in description.problems:
+        click.echo(f"warning: {problem}", err=True)

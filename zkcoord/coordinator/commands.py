@@ -1,0 +1,118 @@
+"""Writing a rebalance phase: commands, ownership and the group's state, in fenced, pipelined transactions.
+
+One phase (stop or start) of a group is a list of operations: a command (persistent-sequential znode) per member,
+and for the start phase the ownership-registry changes.  They are cut into batches of ``batch_size`` operations;
+each batch is one ZooKeeper transaction that
+
+1. checks the fence (coordinator epoch version and the coordinator znode, :class:`~zkcoord.coordinator.election.Fence`);
+2. writes the group state with ``sent = i + 1``, conditional on the version the previous batch left: batches are
+   chained, so batch ``i + 1`` can only commit after batch ``i`` (a prefix property);
+3. applies its operations.
+
+All batches are sent at once (pipelined: one round trip of latency for the whole phase, not one per member).  If
+the connection is lost the outcome of some batches is unknown; the state's ``sent`` counter, read back after the
+reconnect, says exactly how many committed, and only the rest are sent again: no command is lost or duplicated.
+
+Command names carry the epoch, generation and phase (``cmd-<epoch>-<generation>-<stop|start>-<sequence>``), so an
+acknowledgement (the consumer deletes its command) is recognised from a channel listing alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from zkcoord import paths
+from zkcoord.coordinator.election import Fence
+from zkcoord.errors import FencedError, ZkError, ZkUnavailableError
+from zkcoord.znodes import CommandOption, GroupState
+
+OpKind = Literal["create", "create_seq", "set", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    kind: OpKind
+    path: str
+    data: bytes = b""
+
+
+def command_prefix(epoch: int, generation: int, option: CommandOption) -> str:
+    """Name prefix of the commands of one phase: ``cmd-7-12-stop-``; ZooKeeper appends the sequence number."""
+    short = "stop" if option is CommandOption.STOP_FETCHER else "start"
+    return f"{paths.COMMAND_PREFIX}{epoch}-{generation}-{short}-"
+
+
+class PhaseWriteError(ZkError):
+    """A batch of a phase failed.  ``landed`` batches committed before it; ``uncertain`` if the outcome is unknown."""
+
+    def __init__(self, message: str, landed: int, *, uncertain: bool, path: str | None = None) -> None:
+        super().__init__(message, path)
+        self.landed = landed
+        self.uncertain = uncertain
+        self.retriable = uncertain
+
+
+class PhaseWriter:
+    """Writes phases through one term's :class:`Fence`.  Worker thread only."""
+
+    def __init__(self, fence: Fence, batch_size: int) -> None:
+        self.fence = fence
+        self.batch_size = batch_size
+
+    def batches(self, ops: list[Op]) -> list[list[Op]]:
+        size = self.batch_size
+        return [ops[i : i + size] for i in range(0, len(ops), size)] or [[]]
+
+    def write(self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0) -> int:
+        """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version.
+
+        ``state_version`` is the state znode's current version (-1: it does not exist yet).
+
+        :raises FencedError: the term is over.
+        :raises PhaseWriteError: a batch failed (``uncertain`` after a connection loss: read the state back).
+        """
+        zk = self.fence.zk
+        state_path = paths.group_state(group)
+        batches = self.batches(ops)
+        txns = []
+        version = state_version
+        for i in range(start, len(batches)):
+            txn = self.fence.transaction()
+            data = dataclasses.replace(state, sent=i + 1).encode()
+            if version < 0:
+                txn.create(state_path, data)
+            else:
+                txn.set_data(state_path, data, version)
+            version += 1
+            for op in batches[i]:
+                if op.kind == "create":
+                    txn.create(op.path, op.data)
+                elif op.kind == "create_seq":
+                    txn.create(op.path, op.data, sequence=True)
+                elif op.kind == "set":
+                    txn.set_data(op.path, op.data)
+                else:
+                    txn.delete(op.path)
+            txns.append(txn)
+        for offset, result in enumerate(zk.commit_many(txns)):
+            if isinstance(result, FencedError):
+                raise result
+            if isinstance(result, ZkError):
+                landed = start + offset
+                fenced = self._as_fenced(result)
+                if fenced is not None:
+                    raise fenced from result
+                raise PhaseWriteError(
+                    f"group {group}: batch {landed + 1} of {len(batches)} failed: {result}",
+                    landed,
+                    uncertain=isinstance(result, ZkUnavailableError),
+                    path=result.path,
+                ) from result
+        return version
+
+    def _as_fenced(self, error: ZkError) -> FencedError | None:
+        if not self.fence.unsafe and error.path in (paths.COORDINATOR_EPOCH, paths.COORDINATOR):
+            return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
+        return None

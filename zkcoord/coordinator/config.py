@@ -1,0 +1,48 @@
+"""The coordinator's settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zkcoord.assignors import ASSIGNORS
+from zkcoord.errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """How the coordinator rebalances.  Validates itself; raises :class:`ConfigurationError`.
+
+    :param assignor: ``range`` (Kafka 0.8.2's default) or ``roundrobin``.
+    :param rebalance_timeout_s: how long one phase (stop or start) waits for every acknowledgement.
+    :param max_rebalance_retries: attempts after the first before a rebalance is reported failed (seed D).
+    :param rebalance_backoff_s: the pause before a retry, doubled on each further retry.
+    :param batch_size: commands per ZooKeeper transaction; larger groups are written as several pipelined ones.
+    :param max_concurrent: how many groups may be mid-rebalance at once (the rest wait in the request queue).
+    :param unsafe_no_fencing: the ``--unsafe`` contrast of the demo: coordinator writes skip the epoch check.
+        Never set it outside a demonstration.
+    """
+
+    assignor: str = "range"
+    rebalance_timeout_s: float = 10.0
+    max_rebalance_retries: int = 4
+    rebalance_backoff_s: float = 0.2
+    batch_size: int = 200
+    max_concurrent: int = 64
+    metrics_interval_s: float = 10.0
+    unsafe_no_fencing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.assignor not in ASSIGNORS:
+            raise ConfigurationError(f"unknown assignor {self.assignor!r}; choose one of {', '.join(ASSIGNORS)}")
+        if not 0.05 <= self.rebalance_timeout_s <= 3600:
+            raise ConfigurationError(f"rebalance timeout must be within 0.05..3600 s, got {self.rebalance_timeout_s}")
+        if not 0 <= self.max_rebalance_retries <= 100:
+            raise ConfigurationError(f"max rebalance retries must be within 0..100, got {self.max_rebalance_retries}")
+        if not 0 <= self.rebalance_backoff_s <= 600:
+            raise ConfigurationError(f"rebalance backoff must be within 0..600 s, got {self.rebalance_backoff_s}")
+        if not 1 <= self.batch_size <= 1000:
+            raise ConfigurationError(f"batch size must be within 1..1000, got {self.batch_size}")
+        if not 1 <= self.max_concurrent <= 10_000:
+            raise ConfigurationError(f"max concurrent rebalances must be within 1..10000, got {self.max_concurrent}")
+        if not 0.1 <= self.metrics_interval_s <= 3600:
+            raise ConfigurationError(f"metrics interval must be within 0.1..3600 s, got {self.metrics_interval_s}")

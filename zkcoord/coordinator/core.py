@@ -1,0 +1,458 @@
+"""The coordinator: election, the four watchers, the rebalance request queue, and its one worker thread.
+
+Hosted by every broker (:class:`Coordinator` is a :class:`~zkcoord.broker.BrokerService`); exactly one broker at a
+time holds a coordinator *term* (:mod:`zkcoord.coordinator.election`).  The seed's fields map as follows:
+
+==========================  ===========================================================================
+seed (002)                  here
+==========================  ===========================================================================
+``coordinatorElector``      :func:`~zkcoord.coordinator.election.try_elect` + a data watch on the znode
+``groupsBeingRebalanced``   ``_pending`` (requested, not started) and ``Rebalancer.active`` (running)
+``consumerGroupsPerTopic``  ``_subs`` (member registrations per group), queried by :meth:`_interested`
+``groupsWithWildcardTopics`` the wildcard registrations inside ``_subs``
+``rebalanceRequestQ``       ``_order`` (FIFO of requested groups)
+``requestHandler``          the ``coordinator-<id>`` worker thread
+==========================  ===========================================================================
+
+Threads: kazoo's connection thread (state listener) and watch thread (watch callbacks) only put events on
+``_events``; the worker thread does every ZooKeeper call.  Watches are scoped to a term: a callback of an old term
+returns False, which ends the kazoo watch.
+
+Roles (:class:`Role`)::
+
+    FOLLOWER --won the election--> COORDINATOR --fenced | session lost | stop()--> FOLLOWER / STOPPED
+       ^  \\--coordinator znode deleted / new session--> (try the election again)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from zkcoord import paths
+from zkcoord.coordinator.commands import PhaseWriter
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.election import Fence, Term, try_elect
+from zkcoord.coordinator.plan import matches
+from zkcoord.coordinator.rebalancer import Rebalancer
+from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkError
+from zkcoord.faults import fault_point
+from zkcoord.journal import Journal
+from zkcoord.zk import ConnState, Stat, ZkClient
+from zkcoord.znodes import MemberRegistration, Pattern, TopicAssignment
+
+log = logging.getLogger(__name__)
+
+
+class Role(Enum):
+    FOLLOWER = "follower"
+    COORDINATOR = "coordinator"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    kind: str
+    term: int = 0
+    group: str = ""
+    name: str = ""
+    data: Any = None
+
+
+class Coordinator:
+    """The consumer-group coordinator service of one broker.  ``start``/``stop`` are called by the broker."""
+
+    name = "coordinator"
+
+    def __init__(
+        self,
+        broker_id: int,
+        config: CoordinatorConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.broker_id = broker_id
+        self.config = config or CoordinatorConfig()
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.role = Role.FOLLOWER
+        self.term: Term | None = None
+        self.rebalancer: Rebalancer | None = None
+        self.elected = threading.Event()
+        self._zk: ZkClient | None = None
+        self._journal = Journal(None, "coordinator")
+        self._events: queue.Queue[_Event] = queue.Queue()
+        self._worker: threading.Thread | None = None
+        self._term_no = 0
+        self._suspended = False
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_seq = 0
+        # per-term state
+        self._topics: dict[str, int] = {}
+        self._subs: dict[str, list[MemberRegistration]] = {}
+        self._groups: set[str] = set()
+        self._groups_listed = False
+        self._channels: set[tuple[str, str]] = set()
+        self._pending: dict[str, tuple[str, float]] = {}
+        self._order: deque[str] = deque()
+
+    # --- BrokerService ------------------------------------------------------------------------------------------
+
+    def start(self, zk: ZkClient, journal: Journal) -> None:
+        self._zk = zk
+        self._journal = journal
+        zk.add_listener(lambda state: self._events.put(_Event("state", data=state)))
+        self._worker = threading.Thread(target=self._run, name=f"coordinator-{self.broker_id}", daemon=True)
+        self._worker.start()
+        zk.watch_data(paths.COORDINATOR, self._on_coordinator_node)
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._events.put(_Event("stop"))
+            self._worker.join(timeout=10)
+        self.role = Role.STOPPED
+
+    @property
+    def zk(self) -> ZkClient:
+        if self._zk is None:
+            raise RuntimeError("coordinator not started")
+        return self._zk
+
+    # --- callbacks (kazoo threads: enqueue only) ------------------------------------------------------------------
+
+    def _on_coordinator_node(self, data: bytes | None, _stat: Stat | None) -> None:
+        if data is None:
+            self._events.put(_Event("elect"))
+
+    def _watch_children(self, kind: str, path: str, group: str = "", name: str = "") -> None:
+        term = self._term_no
+
+        def callback(children: list[str]) -> bool | None:
+            if term != self._term_no:
+                return False  # the term ended: stop this kazoo watch
+            self._events.put(_Event(kind, term, group, name, list(children)))
+            return None
+
+        self.zk.watch_children(path, callback)  # type: ignore[arg-type]
+
+    def _watch_topic(self, topic: str) -> None:
+        term = self._term_no
+
+        def callback(data: bytes | None, _stat: Stat | None) -> bool | None:
+            if term != self._term_no:
+                return False
+            self._events.put(_Event("topic", term, name=topic, data=data))
+            return None
+
+        self.zk.watch_data(paths.topic(topic), callback)  # type: ignore[arg-type]
+
+    # --- worker -------------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._events.put(_Event("elect"))
+        while True:
+            timeout = None
+            if self._timers:
+                timeout = max(0.0, self._timers[0][0] - self.clock())
+            try:
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:
+                event = None
+            try:
+                if event is not None and event.kind == "stop":
+                    self._resign("broker stopping")
+                    return
+                if event is not None:
+                    self._dispatch(event)
+                self._fire_timers()
+                self._pump()
+            except FencedError as e:
+                self._resign(f"fenced: {e}")
+                self._schedule(0.0, self._elect)
+            except ZkError as e:
+                # Connection trouble mid-step: the state listener drives recovery.  The event is handled again
+                # a little later (dropped then if its term has ended), so no watch notification is lost.
+                log.warning("coordinator %d: %s", self.broker_id, e)
+                self._schedule(0.5, self._redeliver(event))
+
+    def _redeliver(self, event: _Event | None) -> Callable[[], None]:
+        def again() -> None:
+            if event is not None and event.kind not in ("state", "elect"):
+                self._events.put(event)
+
+        return again
+
+    def _dispatch(self, event: _Event) -> None:
+        if event.kind == "state":
+            self._on_state(event.data)
+            return
+        if event.kind == "elect":
+            self._elect()
+            return
+        if self.role is not Role.COORDINATOR or event.term != self._term_no:
+            return  # an event of an earlier term, or while following
+        if event.kind == "topics":
+            self._on_topics(event.data)
+        elif event.kind == "topic":
+            self._on_topic(event.name, event.data)
+        elif event.kind == "groups":
+            self._on_groups(event.data)
+        elif event.kind == "members":
+            self._on_members(event.group, event.data)
+        elif event.kind == "channel" and self.rebalancer is not None:
+            self.rebalancer.on_channel(event.group, event.name, event.data)
+
+    def _schedule(self, delay: float, action: Callable[[], None]) -> None:
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (self.clock() + delay, self._timer_seq, action))
+
+    def _fire_timers(self) -> None:
+        now = self.clock()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, action = heapq.heappop(self._timers)
+            action()
+
+    # --- connection states and election -------------------------------------------------------------------------
+
+    def _on_state(self, state: ConnState) -> None:
+        self._journal.emit("zk.state", state=state.value, session=f"{self.zk.session_id:#x}")
+        if state is ConnState.SUSPENDED:
+            # Stop issuing commands until we know whether the session survived (Curator's advice).
+            self._suspended = True
+        elif state is ConnState.LOST:
+            self._suspended = True
+            if self.role is Role.COORDINATOR:
+                self._resign("session lost")
+        else:
+            self._suspended = False
+            if self.role is Role.COORDINATOR and self.rebalancer is not None:
+                if self.term is not None and self.zk.session_id != self.term.session_id:
+                    self._resign("new session")
+                else:
+                    self.rebalancer.on_reconnected()
+            if self.role is Role.FOLLOWER:
+                self._elect()
+
+    def _elect(self) -> None:
+        if self.role is not Role.FOLLOWER or self._suspended:
+            return
+        try:
+            term = try_elect(self.zk, self.broker_id, self._journal, self.wall_ms())
+        except (ZkError, CodecError) as e:
+            log.warning("coordinator %d: election attempt failed: %s; retrying", self.broker_id, e)
+            self._schedule(0.5, self._elect)
+            return
+        if term is None:
+            return  # another broker coordinates; the data watch calls us when its node goes
+        self._become_coordinator(term)
+
+    def _become_coordinator(self, term: Term) -> None:
+        self._term_no += 1
+        self.term = term
+        self.role = Role.COORDINATOR
+        self._journal.emit(
+            "coordinator.elected", broker=self.broker_id, epoch=term.epoch, session=f"{term.session_id:#x}"
+        )
+        log.info("broker %d is the coordinator, epoch %d", self.broker_id, term.epoch)
+        fault_point("coordinator.elected", self._journal)
+        fence = Fence(self.zk, term, unsafe=self.config.unsafe_no_fencing)
+        self.rebalancer = Rebalancer(
+            self.zk,
+            PhaseWriter(fence, self.config.batch_size),
+            self.config,
+            self._journal,
+            schedule=self._schedule_group,
+            topics=lambda: self._topics,
+            clock=self.clock,
+            wall_ms=self.wall_ms,
+        )
+        self._startup(fence)
+        self.elected.set()
+        self._schedule(self.config.metrics_interval_s, self._emit_metrics)
+
+    def _startup(self, fence: Fence) -> None:
+        """Seed section A: sync, read topics and groups, request every group, register the watchers."""
+        zk = self.zk
+        zk.sync(paths.CONSUMERS)
+        for path in paths.COMMON_PATHS:
+            self._ensure(fence, path)
+        self._watch_children("topics", paths.BROKER_TOPICS)
+        self._watch_children("groups", paths.GROUPS)
+
+    def _ensure(self, fence: Fence, path: str) -> None:
+        """Create an empty persistent node if missing, as a fenced write (every coordinator write is fenced)."""
+        if self.zk.exists(path) is not None:
+            return
+        parent = path.rsplit("/", 1)[0]
+        if parent and self.zk.exists(parent) is None:
+            self._ensure(fence, parent)
+        txn = fence.transaction()
+        txn.create(path)
+        with contextlib.suppress(NodeExistsError):
+            fence.commit(txn)
+
+    def _resign(self, reason: str) -> None:
+        if self.role is not Role.COORDINATOR:
+            return
+        epoch = self.term.epoch if self.term else None
+        self._journal.emit("coordinator.resigned", broker=self.broker_id, epoch=epoch, reason=reason)
+        log.warning("broker %d resigns as coordinator (epoch %s): %s", self.broker_id, epoch, reason)
+        # handleNewSession: forget everything of the term; its watches end at their next call.
+        self._term_no += 1
+        self.role = Role.FOLLOWER
+        self.term = None
+        self.rebalancer = None
+        self.elected.clear()
+        self._timers.clear()
+        self._topics.clear()
+        self._subs.clear()
+        self._groups.clear()
+        self._groups_listed = False
+        self._channels.clear()
+        self._pending.clear()
+        self._order.clear()
+
+    # --- watchers (seed section C) ------------------------------------------------------------------------------
+
+    def _on_topics(self, children: list[str]) -> None:
+        for topic in sorted(set(children) - set(self._topics)):
+            self._topics.setdefault(topic, 0)
+            self._watch_topic(topic)
+        for topic in set(self._topics) - set(children):
+            del self._topics[topic]
+
+    def _on_topic(self, topic: str, data: bytes | None) -> None:
+        if data is None:
+            return
+        try:
+            count = TopicAssignment.decode(data, paths.topic(topic)).partition_count
+        except CodecError as e:
+            self._journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=e.reason)
+            return
+        if count == self._topics.get(topic):
+            return
+        trigger = "new topic" if not self._topics.get(topic) else "partitions added"
+        self._topics[topic] = count
+        for group in self._interested(topic):
+            self.request(group, f"{trigger}: {topic}")
+
+    def _interested(self, topic: str) -> list[str]:
+        out = []
+        for group, regs in self._subs.items():
+            for reg in regs:
+                hit = topic in reg.subscription if reg.pattern is Pattern.STATIC else matches(reg, topic)
+                if hit:
+                    out.append(group)
+                    break
+        return sorted(out)
+
+    def _on_groups(self, children: list[str]) -> None:
+        fence = self.rebalancer.writer.fence if self.rebalancer else None
+        for group in sorted(set(children) - self._groups):
+            self._groups.add(group)
+            if fence is not None:
+                self._ensure(fence, paths.group_ids(group))
+            self._watch_children("members", paths.group_ids(group), group=group)
+            self.request(group, "new group" if self._groups_listed else "coordinator startup")
+        self._groups_listed = True
+
+    def _on_members(self, group: str, children: list[str]) -> None:
+        self._subs[group] = self._read_registrations(group, children)
+        if self.rebalancer is not None and self.rebalancer.on_members(group, children):
+            self.request(group, "member left mid-rebalance")
+            return
+        self.request(group, "membership change")
+
+    def _read_registrations(self, group: str, children: list[str]) -> list[MemberRegistration]:
+        regs = []
+        member_paths = [paths.member(group, cid) for cid in children]
+        for path, got in zip(member_paths, self.zk.get_many(member_paths), strict=True):
+            if got is None:
+                continue
+            try:
+                regs.append(MemberRegistration.decode(got[0], path))
+            except CodecError:
+                continue  # reported when the group is planned
+        return regs
+
+    # --- the request queue --------------------------------------------------------------------------------------
+
+    def request(self, group: str, trigger: str) -> None:
+        """Ask for a rebalance of ``group`` (worker thread).  A group already requested is not queued twice."""
+        if group in self._pending:
+            return
+        self._pending[group] = (trigger, self.clock())
+        self._order.append(group)
+        self._journal.emit("rebalance.requested", group=group, trigger=trigger)
+
+    def _schedule_group(self, delay: float, group: str, token: int) -> None:
+        rebalancer = self.rebalancer
+
+        def fire() -> None:
+            if self.rebalancer is not rebalancer or rebalancer is None:
+                return
+            if token == -1:
+                self.request(group, "retry")
+            else:
+                rebalancer.on_timer(group, token)
+
+        self._schedule(delay, fire)
+
+    def _pump(self) -> None:
+        """Start requested rebalances while there is room; a group already mid-rebalance waits for its turn."""
+        rebalancer = self.rebalancer
+        if self.role is not Role.COORDINATOR or rebalancer is None or self._suspended:
+            return
+        for _ in range(len(self._order)):
+            if len(rebalancer.active) >= self.config.max_concurrent:
+                return
+            group = self._order.popleft()
+            if not rebalancer.idle(group):
+                self._order.append(group)  # runs again after the current attempt: exactly one more
+                continue
+            trigger, requested_at = self._pending.pop(group)
+            if rebalancer.begin(group, trigger, requested_at):
+                self._watch_channels(group)
+
+    def _watch_channels(self, group: str) -> None:
+        rebalancer = self.rebalancer
+        if rebalancer is None or group not in rebalancer.active:
+            return
+        for cid in rebalancer.active[group].plan.members:
+            if (group, cid) not in self._channels:
+                self._channels.add((group, cid))
+                self._watch_children("channel", paths.channel(group, cid), group=group, name=cid)
+
+    def _emit_metrics(self) -> None:
+        if self.rebalancer is None:
+            return
+        by_state: dict[str, int] = {}
+        for state in self.rebalancer.group_state.values():
+            by_state[state] = by_state.get(state, 0) + 1
+        self._journal.emit(
+            "coordinator.metrics",
+            epoch=self.term.epoch if self.term else None,
+            **self.rebalancer.metrics.snapshot(by_state),
+        )
+        self._schedule(self.config.metrics_interval_s, self._emit_metrics)
+
+    # --- introspection (any thread; for tests and the CLI) -------------------------------------------------------
+
+    def metrics(self) -> Mapping[str, object]:
+        rebalancer = self.rebalancer
+        if rebalancer is None:
+            return {}
+        by_state: dict[str, int] = {}
+        for state in rebalancer.group_state.values():
+            by_state[state] = by_state.get(state, 0) + 1
+        return rebalancer.metrics.snapshot(by_state)

@@ -1,0 +1,485 @@
+"""Rebalancing groups: the per-group attempt state machine (seed section D), driven by the coordinator's worker.
+
+A rebalance of group ``g`` is a sequence of *attempts*; each attempt has a new generation and goes::
+
+    (read, plan) --not necessary--> done (stays STABLE)
+        |
+        +--> STOPPING: stop-fetcher to every member, wait until all are deleted (acknowledged)
+                |  all acknowledged: the barrier that makes S2 hold
+                v
+             STARTING: ownership registry + start-fetcher to every member, wait until all acknowledged
+                |
+                v
+             STABLE (state written, journalled)
+
+    STOPPING/STARTING --member of the attempt vanished--> aborted: the next attempt starts at once
+    STOPPING/STARTING --timeout or write failure--> retried after a backoff (doubled each time), up to
+        ``max_rebalance_retries``; then FAILED is persisted and reported, and the group waits for its next trigger.
+
+No start-fetcher of generation ``n`` is written before every member of generation ``n`` acknowledged its
+stop-fetcher (S2, coordinator side).  Every write goes through the term's fence (S1).  Every command carries the
+coordinator epoch and the generation, which only grow, so consumers can refuse stale ones (S5).
+
+Threads: every method runs on the coordinator's worker thread; nothing here blocks on anything but ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from zkcoord import paths
+from zkcoord.assignors import moved_partitions, threads_of
+from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.plan import Plan, plan
+from zkcoord.coordinator.snapshot import ReadResult, read_group
+from zkcoord.errors import CodecError, FencedError, ZkError
+from zkcoord.faults import fault_point
+from zkcoord.journal import Journal
+from zkcoord.zk import ZkClient
+from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, encode_owner
+
+log = logging.getLogger(__name__)
+
+
+class Step(Enum):
+    STOPPING = "stopping"
+    STARTING = "starting"
+
+
+@dataclass
+class Attempt:
+    """One attempt of one group's rebalance (mutable; owned by the worker thread)."""
+
+    group: str
+    generation: int
+    number: int  # 0 for the first attempt of this rebalance, 1.. for retries
+    plan: Plan
+    read: ReadResult
+    trigger: str
+    requested_at: float  # monotonic seconds: when the rebalance was first requested
+    step: Step = Step.STOPPING
+    prefix: str = ""
+    ops: list[Op] = field(default_factory=list)
+    outstanding: set[str] = field(default_factory=set)
+    state_version: int = -1
+    token: int = 0
+    step_started: float = 0.0
+    stop_done_at: float = 0.0
+    stop_ms: float = 0.0
+    #: a write whose outcome is unknown (connection lost); resumed on reconnect
+    uncertain: bool = False
+
+
+@dataclass
+class Metrics:
+    """Counters in the spirit of Kafka's coordinator metrics (``coordinator.metrics`` journal events)."""
+
+    rebalances_started: int = 0
+    rebalances_completed: int = 0
+    rebalances_skipped: int = 0
+    rebalances_failed: int = 0
+    attempts_aborted: int = 0
+    attempts_retried: int = 0
+    latency_ms: list[float] = field(default_factory=list)
+
+    def snapshot(self, groups_by_state: Mapping[str, int]) -> dict[str, object]:
+        lat = sorted(self.latency_ms)
+
+        def pct(q: float) -> float | None:
+            return round(lat[min(len(lat) - 1, int(q * len(lat)))], 1) if lat else None
+
+        return {
+            "rebalances_started": self.rebalances_started,
+            "rebalances_completed": self.rebalances_completed,
+            "rebalances_skipped": self.rebalances_skipped,
+            "rebalances_failed": self.rebalances_failed,
+            "attempts_aborted": self.attempts_aborted,
+            "attempts_retried": self.attempts_retried,
+            "latency_ms_p50": pct(0.5),
+            "latency_ms_p95": pct(0.95),
+            "latency_ms_max": lat[-1] if lat else None,
+            "groups_by_state": dict(groups_by_state),
+        }
+
+
+Schedule = Callable[[float, str, int], None]
+"""``schedule(delay_s, group, token)``: ask the worker to call :meth:`Rebalancer.on_timer` later."""
+
+
+class Rebalancer:
+    """Runs the attempts of every group of one coordinator term."""
+
+    def __init__(
+        self,
+        zk: ZkClient,
+        writer: PhaseWriter,
+        config: CoordinatorConfig,
+        journal: Journal,
+        *,
+        schedule: Schedule,
+        topics: Callable[[], Mapping[str, int]],
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.zk = zk
+        self.writer = writer
+        self.config = config
+        self.journal = journal
+        self.schedule = schedule
+        self.topics = topics
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.epoch = writer.fence.term.epoch
+        self.active: dict[str, Attempt] = {}
+        self.retries: dict[str, int] = {}
+        self.group_state: dict[str, str] = {}
+        self.metrics = Metrics()
+        self._tokens = 0
+
+    # --- entry points (worker thread) ------------------------------------------------------------------------------
+
+    def begin(self, group: str, trigger: str, requested_at: float) -> bool:
+        """Start (or skip) a rebalance of ``group``.  Returns True if an attempt is now running.
+
+        :raises FencedError: the term is over.  Other ZooKeeper errors are handled as a failed attempt.
+        """
+        try:
+            read = read_group(self.zk, group)
+        except ZkError as e:
+            self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {e}", generation=None)
+            return group in self.active
+        for path, reason in read.snapshot.rejected:
+            self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
+            log.warning("group %s: ignoring %s: %s", group, path, reason)
+        planned = plan(read.snapshot, self.topics(), self.config.assignor)
+        for what, reason in planned.notes:
+            self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+        if not planned.necessary and self.retries.get(group, 0) == 0:
+            self.metrics.rebalances_skipped += 1
+            self.group_state[group] = "stable" if planned.members else "empty"
+            self.journal.emit("rebalance.skipped", group=group, reason=planned.reason, trigger=trigger)
+            return False
+        if not planned.members and read.snapshot.state is None:
+            self.group_state[group] = "empty"
+            self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
+            return False
+        state = read.snapshot.state
+        generation = (state.generation if state else 0) + 1
+        attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
+        if attempt.number == 0:
+            self.metrics.rebalances_started += 1
+        self.active[group] = attempt
+        self.group_state[group] = "rebalancing"
+        self.journal.emit(
+            "rebalance.started",
+            group=group,
+            generation=generation,
+            epoch=self.epoch,
+            attempt=attempt.number,
+            trigger=trigger,
+            reason=planned.reason,
+            members=sorted(planned.members),
+            partitions=sum(len(p) for p in planned.target.values()),
+            assignor=planned.assignor,
+        )
+        fault_point("coordinator.before_stop", self.journal)
+        self._send_stop(attempt)
+        return group in self.active
+
+    def on_channel(self, group: str, consumer_id: str, children: list[str]) -> None:
+        """A member's channel changed: maybe its command was acknowledged (deleted)."""
+        attempt = self.active.get(group)
+        if attempt is None or consumer_id not in attempt.outstanding or attempt.uncertain:
+            return
+        if any(name.startswith(attempt.prefix) for name in children):
+            return
+        attempt.outstanding.discard(consumer_id)
+        self.journal.emit(
+            "command.acked",
+            group=group,
+            consumer=consumer_id,
+            generation=attempt.generation,
+            epoch=self.epoch,
+            option=_option(attempt.step).value,
+            latency_ms=round((self.clock() - attempt.step_started) * 1000, 2),
+        )
+        if not attempt.outstanding:
+            self._advance(attempt)
+
+    def on_members(self, group: str, children: list[str]) -> bool:
+        """The group's ids changed.  An attempt whose member vanished is aborted at once (no timeout wait);
+        returns True then, and the caller requests the next attempt."""
+        attempt = self.active.get(group)
+        if attempt is None:
+            return False
+        gone = sorted(set(attempt.plan.members) - set(children))
+        if gone:
+            # A watch event may predate the snapshot the attempt was planned from (events queue up while the
+            # worker is busy): confirm against ZooKeeper before aborting.
+            gone = sorted(set(attempt.plan.members) - set(self.zk.get_children(paths.group_ids(group))))
+        if gone:
+            self._abort(attempt, f"member(s) left mid-rebalance: {', '.join(gone)}")
+            return True
+        return False
+
+    def on_timer(self, group: str, token: int) -> None:
+        attempt = self.active.get(group)
+        if attempt is None or attempt.token != token:
+            return
+        waiting = sorted(attempt.outstanding)
+        self._retry(attempt, f"timed out in {attempt.step.value} waiting for {', '.join(waiting[:5])}")
+
+    def on_reconnected(self) -> None:
+        """Resume every phase write whose outcome the connection loss left unknown."""
+        for attempt in list(self.active.values()):
+            if attempt.uncertain:
+                self._resume(attempt)
+
+    def idle(self, group: str) -> bool:
+        return group not in self.active
+
+    # --- phases --------------------------------------------------------------------------------------------------
+
+    def _send_stop(self, attempt: Attempt) -> None:
+        g, snap = attempt.group, attempt.read.snapshot
+        attempt.step = Step.STOPPING
+        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
+        ops: list[Op] = []
+        for cid in sorted(attempt.plan.members):
+            if cid not in snap.channels:
+                ops.append(Op("create", paths.channel(g, cid)))
+            cmd = Command(CommandOption.STOP_FETCHER, self.epoch, attempt.generation, g, {}, self.wall_ms())
+            ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
+        self._write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
+
+    def _send_start(self, attempt: Attempt) -> None:
+        g = attempt.group
+        attempt.step = Step.STARTING
+        attempt.stop_done_at = self.clock()
+        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.START_FETCHER)
+        ops = self._ownership_ops(attempt)
+        for cid in sorted(attempt.plan.members):
+            owned = threads_of(attempt.plan.target, cid)
+            cmd = Command(CommandOption.START_FETCHER, self.epoch, attempt.generation, g, owned, self.wall_ms())
+            ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
+        self._write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
+
+    def _ownership_ops(self, attempt: Attempt) -> list[Op]:
+        """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``."""
+        g, old, new = attempt.group, attempt.read.snapshot.owners, attempt.plan.target
+        ops: list[Op] = []
+        if new and not attempt.read.owners_root:
+            ops.append(Op("create", paths.owners_root(g)))
+        for topic in sorted(new):
+            if topic not in attempt.read.owner_topics:
+                ops.append(Op("create", paths.owners(g, topic)))
+            for p, thread in sorted(new[topic].items()):
+                held = old.get(topic, {}).get(p)
+                if held is None:
+                    ops.append(Op("create", paths.owner(g, topic, p), encode_owner(thread)))
+                elif held != thread:
+                    ops.append(Op("set", paths.owner(g, topic, p), encode_owner(thread)))
+        for topic in sorted(old):
+            for p in sorted(old[topic]):
+                if p not in new.get(topic, {}):
+                    ops.append(Op("delete", paths.owner(g, topic, p)))
+        return ops
+
+    def _state(self, attempt: Attempt, phase: GroupPhase, error: str = "") -> GroupState:
+        return GroupState(
+            generation=attempt.generation,
+            phase=phase,
+            epoch=self.epoch,
+            members=attempt.plan.members,
+            target=attempt.plan.target,
+            assignor=attempt.plan.assignor,
+            updated_ms=self.wall_ms(),
+            attempt=attempt.number,
+            error=error,
+        )
+
+    def _write(self, attempt: Attempt, ops: list[Op], phase: GroupPhase, state_version: int, start: int = 0) -> None:
+        attempt.ops = ops
+        attempt.outstanding = set(attempt.plan.members)
+        attempt.step_started = self.clock()
+        self._tokens += 1
+        attempt.token = self._tokens
+        try:
+            attempt.state_version = self.writer.write(
+                attempt.group, self._state(attempt, phase), state_version, ops, start
+            )
+        except PhaseWriteError as e:
+            if e.uncertain:
+                attempt.uncertain = True
+                log.warning("group %s: %s; will resume after reconnecting", attempt.group, e)
+                return
+            self._retry(attempt, str(e))
+            return
+        self._sent(attempt)
+
+    def _sent(self, attempt: Attempt) -> None:
+        attempt.uncertain = False
+        option = _option(attempt.step)
+        for cid in sorted(attempt.plan.members):
+            owned = threads_of(attempt.plan.target, cid) if option is CommandOption.START_FETCHER else {}
+            self.journal.emit(
+                "command.sent",
+                group=attempt.group,
+                consumer=cid,
+                option=option.value,
+                epoch=self.epoch,
+                generation=attempt.generation,
+                partitions=sum(len(p) for p in owned.values()),
+            )
+        self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
+        if not attempt.outstanding:  # a group with no members has nothing to wait for
+            self._advance(attempt)
+
+    def _resume(self, attempt: Attempt) -> None:
+        """After a reconnect: read the state back and send only the batches that did not commit."""
+        try:
+            data, stat = self.zk.get(paths.group_state(attempt.group))
+            state = GroupState.decode(data, paths.group_state(attempt.group))
+        except (ZkError, CodecError) as e:
+            self._retry(attempt, f"cannot read back the state after a connection loss: {e}")
+            return
+        phase = GroupPhase.STOPPING if attempt.step is Step.STOPPING else GroupPhase.STARTING
+        landed = state.sent if (state.generation, state.phase) == (attempt.generation, phase) else 0
+        base_version = stat.version if landed else attempt.state_version
+        if landed >= len(self.writer.batches(attempt.ops)):
+            attempt.state_version = stat.version
+            self._sent(attempt)
+            return
+        attempt.uncertain = False
+        self._write(attempt, attempt.ops, phase, base_version, start=landed)
+
+    def _advance(self, attempt: Attempt) -> None:
+        if attempt.step is Step.STOPPING:
+            attempt.stop_ms = (self.clock() - attempt.step_started) * 1000
+            self.journal.emit(
+                "rebalance.barrier",
+                group=attempt.group,
+                generation=attempt.generation,
+                epoch=self.epoch,
+                stop_ms=round(attempt.stop_ms, 2),
+            )
+            fault_point("coordinator.before_start", self.journal)
+            self._send_start(attempt)
+            return
+        fault_point("coordinator.before_stable", self.journal)
+        txn = self.writer.fence.transaction()
+        txn.set_data(
+            paths.group_state(attempt.group),
+            self._state(attempt, GroupPhase.STABLE).encode(),
+            attempt.state_version,
+        )
+        try:
+            self.writer.fence.commit(txn)
+        except FencedError:
+            raise
+        except ZkError as e:
+            self._retry(attempt, f"cannot mark the group stable: {e}")
+            return
+        now = self.clock()
+        latency = (now - attempt.requested_at) * 1000
+        self.metrics.rebalances_completed += 1
+        self.metrics.latency_ms.append(latency)
+        self.retries.pop(attempt.group, None)
+        del self.active[attempt.group]
+        self.group_state[attempt.group] = "stable" if attempt.plan.members else "empty"
+        self.journal.emit(
+            "rebalance.completed",
+            group=attempt.group,
+            generation=attempt.generation,
+            epoch=self.epoch,
+            attempts=attempt.number + 1,
+            latency_ms=round(latency, 2),
+            stop_ms=round(attempt.stop_ms, 2),
+            start_ms=round((now - attempt.stop_done_at) * 1000, 2),
+            members=len(attempt.plan.members),
+            partitions=sum(len(p) for p in attempt.plan.target.values()),
+            moved=moved_partitions(attempt.read.snapshot.owners, attempt.plan.target),
+        )
+
+    # --- failure handling ------------------------------------------------------------------------------------------
+
+    def _abort(self, attempt: Attempt, reason: str) -> None:
+        """A member of the attempt left: drop the attempt; the caller re-requests the group at once."""
+        self.metrics.attempts_aborted += 1
+        del self.active[attempt.group]
+        self.journal.emit(
+            "rebalance.aborted", group=attempt.group, generation=attempt.generation, epoch=self.epoch, reason=reason
+        )
+
+    def _retry(self, attempt: Attempt, reason: str) -> None:
+        self.active.pop(attempt.group, None)
+        self._failed_attempt(attempt.group, attempt.trigger, attempt.requested_at, reason, attempt.generation)
+
+    def _failed_attempt(
+        self, group: str, trigger: str, requested_at: float, reason: str, generation: int | None
+    ) -> None:
+        retries = self.retries.get(group, 0) + 1
+        log.warning("group %s: rebalance attempt %d failed: %s", group, retries, reason)
+        if retries > self.config.max_rebalance_retries:
+            self.retries.pop(group, None)
+            self.metrics.rebalances_failed += 1
+            self.group_state[group] = "failed"
+            self._persist_failure(group, generation, reason)
+            self.journal.emit(
+                "rebalance.failed",
+                group=group,
+                generation=generation,
+                epoch=self.epoch,
+                retries=retries - 1,
+                reason=reason,
+            )
+            log.error("group %s: rebalance failed after %d retries: %s", group, retries - 1, reason)
+            return
+        self.retries[group] = retries
+        self.metrics.attempts_retried += 1
+        backoff = self.config.rebalance_backoff_s * (2 ** (retries - 1))
+        self.journal.emit(
+            "rebalance.retrying",
+            group=group,
+            generation=generation,
+            epoch=self.epoch,
+            retry=retries,
+            backoff_s=round(backoff, 3),
+            reason=reason,
+        )
+        self.schedule(backoff, group, -1)  # token -1: "retry now" (see Coordinator._on_timer)
+
+    def _persist_failure(self, group: str, generation: int | None, reason: str) -> None:
+        try:
+            data, stat = self.zk.get(paths.group_state(group))
+            state = GroupState.decode(data, paths.group_state(group))
+        except (ZkError, CodecError):
+            return  # nothing readable to annotate; the journal and the log carry the failure
+        failed = GroupState(
+            generation=generation or state.generation,
+            phase=GroupPhase.FAILED,
+            epoch=self.epoch,
+            members=state.members,
+            target=state.target,
+            assignor=state.assignor,
+            updated_ms=self.wall_ms(),
+            attempt=state.attempt,
+            error=reason[:500],
+        )
+        txn = self.writer.fence.transaction()
+        txn.set_data(paths.group_state(group), failed.encode(), stat.version)
+        try:
+            self.writer.fence.commit(txn)
+        except FencedError:
+            raise
+        except ZkError as e:
+            log.warning("group %s: could not persist the failure: %s", group, e)
+
+
+def _option(step: Step) -> CommandOption:
+    return CommandOption.STOP_FETCHER if step is Step.STOPPING else CommandOption.START_FETCHER
