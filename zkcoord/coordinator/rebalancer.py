@@ -354,9 +354,20 @@ class Rebalancer:
         if landed >= len(self.writer.batches(attempt.ops)):
             attempt.state_version = stat.version
             self._sent(attempt)
-            return
-        attempt.uncertain = False
-        self._write(attempt, attempt.ops, phase, base_version, start=landed)
+        else:
+            attempt.uncertain = False
+            self._write(attempt, attempt.ops, phase, base_version, start=landed)
+        if self.active.get(attempt.group) is attempt and not attempt.uncertain:
+            self._recheck_acks(attempt)
+
+    def _recheck_acks(self, attempt: Attempt) -> None:
+        """Acknowledgements seen while the outcome was unknown were not counted: list the channels again."""
+        members = sorted(attempt.outstanding)
+        listings = self.zk.children_many([paths.channel(attempt.group, cid) for cid in members])
+        for cid, children in zip(members, listings, strict=True):
+            if self.active.get(attempt.group) is not attempt:
+                return
+            self.on_channel(attempt.group, cid, children or [])
 
     def _advance(self, attempt: Attempt) -> None:
         if attempt.step is Step.STOPPING:

@@ -262,7 +262,7 @@ def serve_batches(
     """Verify the batches that follow each other in ``buf`` from ``start`` on, and serve them into ``out``.
 
     The fast path of every scan: the batches a read serves are usually whole in its buffer already, and this loop
-    verifies them with no I/O, no exception and nothing allocated but the batches.  It goes on while the batch at
+    verifies them with no I/O, no exception and no copy of their bytes.  It goes on while the batch at
     ``start`` is whole in ``buf`` and valid: exactly what :func:`header_problem` and :meth:`RecordBatch.verified`
     accept together (the caller runs those on the batch where it stopped, after reading more bytes if need be, to
     learn why).

@@ -1,0 +1,98 @@
+"""The rebalance planner: subscription resolution and the necessity check (seed D 3.1–3.5), on plain values."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkcoord.coordinator.plan import GroupSnapshot, Member, plan, resolve
+from zkcoord.errors import ConfigurationError
+from zkcoord.faults import parse
+from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+
+TOPICS = {"orders": 2, "ordinals": 1, "clicks": 3}
+
+
+def reg(subscription: dict[str, int], pattern: Pattern = Pattern.STATIC) -> MemberRegistration:
+    return MemberRegistration(pattern, subscription, 0)
+
+
+def snapshot(
+    members: dict[str, MemberRegistration], state: GroupState | None, owners: dict[str, dict[int, str]]
+) -> GroupSnapshot:
+    return GroupSnapshot(
+        "g", {cid: Member(cid, r, 100 + i) for i, (cid, r) in enumerate(sorted(members.items()))}, state, owners
+    )
+
+
+def test_static_subscriptions_skip_missing_topics() -> None:
+    assert resolve(reg({"orders": 2, "nope": 1}), TOPICS) == ({"orders": 2}, ["nope"])
+
+
+def test_white_and_black_lists_match_whole_names() -> None:
+    assert resolve(reg({"ord.*": 1}, Pattern.WHITE_LIST), TOPICS) == ({"ordinals": 1, "orders": 1}, [])
+    assert resolve(reg({"ord": 1}, Pattern.WHITE_LIST), TOPICS) == ({}, [])  # Java's matches(): the whole name
+    assert resolve(reg({"ord.*": 3}, Pattern.BLACK_LIST), TOPICS) == ({"clicks": 3}, [])
+
+
+def stable_for(snap: GroupSnapshot) -> GroupSnapshot:
+    first = plan(snap, TOPICS, "range")
+    state = GroupState(5, GroupPhase.STABLE, 1, first.members, first.target)
+    return GroupSnapshot(snap.group, snap.members, state, first.target)
+
+
+def test_a_group_matching_its_registry_needs_nothing() -> None:
+    snap = stable_for(snapshot({"a": reg({"orders": 1}), "b": reg({"orders": 1})}, None, {}))
+    result = plan(snap, TOPICS, "range")
+    assert not result.necessary and result.reason == "assignment unchanged"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("no-state", "no persisted state"),
+        ("interrupted", "left the group stopping"),
+        ("new-member", "membership changed"),
+        ("reincarnated", "membership changed"),
+        ("unowned", "unowned partitions"),
+        ("vanished-partition", "no longer assigned"),
+        ("other-owner", "ownership differs"),
+        ("empty-registry", "no ownership registered"),
+    ],
+)
+def test_each_reason_for_a_rebalance(change: str, reason: str) -> None:
+    base = stable_for(snapshot({"a": reg({"orders": 1}), "b": reg({"orders": 1})}, None, {}))
+    assert base.state is not None
+    members, state, owners = dict(base.members), base.state, {t: dict(p) for t, p in base.owners.items()}
+    if change == "no-state":
+        state = None  # type: ignore[assignment]
+    elif change == "interrupted":
+        state = GroupState(5, GroupPhase.STOPPING, 1, state.members, state.target)
+    elif change == "new-member":
+        members["c"] = Member("c", reg({"orders": 1}), 999)
+    elif change == "reincarnated":
+        members["a"] = Member("a", members["a"].registration, 12345)
+    elif change == "unowned":
+        del owners["orders"][1]
+    elif change == "vanished-partition":
+        owners["orders"][7] = "a-0"
+    elif change == "other-owner":
+        owners["orders"][0], owners["orders"][1] = owners["orders"][1], owners["orders"][0]
+    elif change == "empty-registry":
+        owners = {}
+    result = plan(GroupSnapshot("g", members, state, owners), TOPICS, "range")
+    assert result.necessary and reason in result.reason
+
+
+def test_roundrobin_with_unequal_subscriptions_falls_back_to_range_and_says_so() -> None:
+    snap = snapshot({"a": reg({"orders": 1}), "b": reg({"clicks": 1})}, None, {})
+    result = plan(snap, TOPICS, "roundrobin")
+    assert result.assignor == "range"
+    assert any("falling back to range" in reason for _, reason in result.notes)
+    assert result.target == {"clicks": {0: "b-0", 1: "b-0", 2: "b-0"}, "orders": {0: "a-0", 1: "a-0"}}
+
+
+def test_fault_specs_are_validated() -> None:
+    assert parse("coordinator.before_start=pause@2")["coordinator.before_start"].hit == 2
+    for bad in ("nowhere=pause", "coordinator.before_start=explode", "coordinator.before_start=pause@0"):
+        with pytest.raises(ConfigurationError):
+            parse(bad)
