@@ -1,5 +1,20 @@
 """The zkcoord consumer client: registers in its group, obeys the coordinator's command channel, fetches.
 
-The package holds the client the coordinator commands (docs/architecture.md).  It builds on the shared pieces in
-:mod:`zkcoord` (the ZooKeeper boundary, the znode codecs and the partition log reader).
+See ``docs/consumer.md`` for the API with an example, and :mod:`consumer.client` for the threads.
 """
+
+from consumer.client import Consumer, ConsumerMetrics
+from consumer.config import ConsumerConfig, Subscription, new_consumer_id
+from consumer.offsets import OffsetCommitFencedError
+from consumer.records import ConsumerRecord, TopicPartition
+
+__all__ = [
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerMetrics",
+    "ConsumerRecord",
+    "OffsetCommitFencedError",
+    "Subscription",
+    "TopicPartition",
+    "new_consumer_id",
+]

@@ -9,6 +9,7 @@ import click
 from zkcoord import __version__
 from zkcoord.cli.broker_cmd import broker
 from zkcoord.cli.common import ZkCoordGroup
+from zkcoord.cli.consume_cmd import consume
 from zkcoord.cli.demo_cmd import demo
 from zkcoord.cli.group_cmd import group
 from zkcoord.cli.produce_cmd import fetch, produce
@@ -43,6 +44,7 @@ cli.add_command(broker)
 cli.add_command(topic)
 cli.add_command(produce)
 cli.add_command(fetch)
+cli.add_command(consume)
 cli.add_command(group)
 cli.add_command(demo)
 

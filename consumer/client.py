@@ -1,0 +1,333 @@
+"""The consumer: registers in its group, obeys the coordinator's command channel, fetches, and hands out records.
+
+Usage::
+
+    config = ConsumerConfig(group="billing", subscription=Subscription.static({"orders": 2}),
+                            zk="127.0.0.1:2181", data_dir=Path("~/.zkcoord/data").expanduser())
+    with Consumer(config) as consumer:
+        while running:
+            for record in consumer.poll(1.0):
+                handle(record)
+
+Threads (nothing starts before :meth:`Consumer.start`):
+
+* the application's thread calls :meth:`poll`, :meth:`commit`, :meth:`close`;
+* ``consumer-cmd``: applies channel commands and session changes strictly in order (:mod:`consumer.commands`);
+* ``consumer-hb``: one ZooKeeper round trip per heartbeat interval; each acknowledged one renews the lease (S6);
+* fetcher threads (:class:`consumer.fetcher.FetchManager`);
+* kazoo's threads, whose callbacks only enqueue.
+
+S6: records are handed out only while the lease is valid; the lease is renewed by acknowledged round trips,
+measured from when each was *sent*, and lasts half the session timeout, so a paused or cut-off consumer stops
+handing out records before the server can have expired its session and let the coordinator reassign its partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from consumer.commands import CommandHandler, Rebalance
+from consumer.config import ConsumerConfig, new_consumer_id
+from consumer.fetcher import FetchManager
+from consumer.lease import Lease, lease_duration
+from consumer.offsets import OffsetStore
+from consumer.records import ConsumerRecord, TopicPartition
+from zkcoord import paths
+from zkcoord.errors import NodeExistsError, ZkError
+from zkcoord.journal import Journal
+from zkcoord.partlog import log_offsets
+from zkcoord.zk import ConnState, ZkClient, ZkConfig
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass
+class ConsumerMetrics:
+    """Kafka-style consumer metrics (``assigned-partitions``, ``records-consumed-rate``, rebalance latency)."""
+
+    assigned_partitions: int
+    records_consumed_total: int
+    records_consumed_rate: float
+    rebalances: int
+    rebalance_latency_ms_last: float | None
+    last_rebalance_seconds_ago: float | None
+    lag: int | None
+    lease_valid: bool
+
+
+class Consumer:
+    """A group member driven by the coordinator.  Context manager; see the module docstring for threads."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        journal: Journal | None = None,
+        on_partitions_revoked: PartitionsCallback | None = None,
+        on_partitions_assigned: PartitionsCallback | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.config = config
+        self.consumer_id = config.consumer_id or new_consumer_id(config.group)
+        self.journal = journal or Journal(None, "consumer")
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.zk = ZkClient(
+            ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
+        )
+        self.lease = Lease(lease_duration(config.session_timeout_s, config.lease_fraction), clock=clock)
+        self.offsets = OffsetStore(self.zk, config.group)
+        self.fetcher = FetchManager(
+            config.data_dir,
+            max_poll_records=config.max_poll_records,
+            clock=clock,
+            on_started=self._fetch_started,
+            on_stopped=self._fetch_stopped,
+            gate=self._may_deliver,
+        )
+        self._events: queue.Queue[tuple[str, object]] = queue.Queue()
+        self.handler = CommandHandler(self, on_partitions_revoked, on_partitions_assigned)
+        self._threads: list[threading.Thread] = []
+        self._closing = threading.Event()
+        self._started_at = 0.0
+        self._delivered = 0
+        self._last_commit = 0.0
+        self.registrations = 0
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> Consumer:
+        """Connect, register in the group and start the worker threads.  Blocks until registered.
+
+        :raises ZkUnavailableError: ZooKeeper cannot be reached.
+        """
+        self._started_at = self.clock()
+        sent = self.clock()
+        self.zk.start()
+        self.lease.renew(sent)
+        self.zk.add_listener(lambda state: self._events.put(("state", state)))
+        self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
+        self.register()
+        self.fetcher.start()
+        for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):
+            thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.zk.watch_children(
+            paths.channel(self.config.group, self.consumer_id), lambda children: self._events.put(("channel", children))
+        )
+        return self
+
+    def register(self) -> None:
+        """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry."""
+        reg = self.config.subscription.registration(self.wall_ms())
+        path = paths.member(self.config.group, self.consumer_id)
+        try:
+            self.zk.create(path, reg.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            stat = self.zk.exists(path)
+            if stat is None or stat.ephemeralOwner != self.zk.session_id:
+                raise
+        self.registrations += 1
+        self.journal.emit(
+            "consumer.registered",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            pattern=reg.pattern.value,
+            subscription=dict(reg.subscription),
+            session=f"{self.zk.session_id:#x}",
+            registrations=self.registrations,
+        )
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what was consumed, stop fetching, deregister and disconnect.  Idempotent."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._events.put(("close", None))
+        for thread in self._threads:
+            thread.join(timeout=timeout)
+        self.fetcher.close()
+        try:
+            self.zk.delete(paths.member(self.config.group, self.consumer_id))
+            self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
+        except ZkError as e:
+            log.info("consumer %s: deregistration skipped: %s", self.consumer_id, e)
+        self.zk.stop()
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the application's API ----------------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Return at most ``max_poll_records`` records, round-robin across assigned partitions (KIP-41).
+
+        Blocks up to ``timeout`` seconds.  Returns nothing while the lease is invalid (S6).  With auto-commit on,
+        commits consumed positions when the interval has passed (a fenced commit is journalled, not raised).
+        """
+        if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
+            self._events.put(("commit", None))
+            self._last_commit = self.clock()
+        records = self.fetcher.poll(timeout)
+        if records:
+            self._delivered += len(records)
+            self._journal_consumed(records)
+        return records
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """Commit the positions of everything :meth:`poll` has returned, synchronously.
+
+        :raises OffsetCommitFencedError: for partitions this consumer no longer owns (others are committed).
+        """
+        return self.handler.commit(self.fetcher.positions())
+
+    def assignment(self) -> dict[TopicPartition, str]:
+        return self.fetcher.assignment()
+
+    def wakeup(self) -> None:
+        self.fetcher.wakeup()
+
+    def metrics(self) -> ConsumerMetrics:
+        elapsed = max(self.clock() - self._started_at, 1e-9)
+        last = self.handler.last_rebalance
+        return ConsumerMetrics(
+            assigned_partitions=len(self.fetcher.assignment()),
+            records_consumed_total=self._delivered,
+            records_consumed_rate=self._delivered / elapsed,
+            rebalances=self.handler.rebalances,
+            rebalance_latency_ms_last=last.latency_ms if last else None,
+            last_rebalance_seconds_ago=(self.clock() - last.finished_at) if last else None,
+            lag=self.lag(),
+            lease_valid=self.lease.valid(),
+        )
+
+    def lag(self) -> int | None:
+        """Records in the assigned partitions' logs beyond the consumed positions."""
+        total = 0
+        for tp, position in self.fetcher.positions().items():
+            _, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
+            total += max(0, end - position)
+        return total
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _may_deliver(self) -> bool:
+        return self.config.unsafe_no_fencing or self.lease.valid()
+
+    def _heartbeat(self) -> None:
+        """Renew the lease with acknowledged round trips; report its expiry and its recovery to the command thread.
+
+        The lease can also be voided by the command thread (SUSPENDED); whichever way it became invalid, the first
+        renewal afterwards reports ``lease-renewed`` so fetching resumes.
+        """
+        interval = self.lease.duration_s / 4
+        expired_reported = False
+        while not self._closing.wait(interval):
+            valid_before = self.lease.valid()
+            sent = self.clock()
+            try:
+                self.zk.exists(paths.member(self.config.group, self.consumer_id))
+            except ZkError:
+                pass  # no acknowledgement: the lease is not renewed and will run out
+            else:
+                self.lease.renew(sent)
+            valid_now = self.lease.valid()
+            if not valid_now and not expired_reported:
+                expired_reported = True
+                self._events.put(("lease-expired", self._lease_deadline_ms()))
+            elif valid_now and (expired_reported or not valid_before):
+                expired_reported = False
+                self._events.put(("lease-renewed", None))
+
+    def _lease_deadline_ms(self) -> int:
+        return self.wall_ms() - round((self.clock() - self.lease.deadline) * 1000)
+
+    def _fetch_started(self, tp: TopicPartition, offset: int, thread: str) -> None:
+        self.journal.emit(
+            "fetch.started",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            thread=thread,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            generation=self.handler.generation,
+        )
+
+    def _fetch_stopped(self, tp: TopicPartition, offset: int, thread: str, reason: str) -> None:
+        fields: dict[str, object] = {}
+        if not self.config.unsafe_no_fencing and self.clock() >= self.lease.deadline:
+            # Nothing was handed out after the lease's deadline (poll checks it), so that is when fetching ended,
+            # however late this process noticed (it may have been paused for seconds).
+            fields["at_ms"] = self._lease_deadline_ms()
+        self.journal.emit(
+            "fetch.stopped",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            thread=thread,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            reason=reason,
+            generation=self.handler.generation,
+            **fields,
+        )
+
+    def _journal_consumed(self, records: list[ConsumerRecord]) -> None:
+        spans: dict[TopicPartition, list[int]] = {}
+        for r in records:
+            span = spans.get(TopicPartition(r.topic, r.partition))
+            if span is None:
+                spans[TopicPartition(r.topic, r.partition)] = [r.offset, r.offset, 1]
+            else:
+                span[1], span[2] = r.offset, span[2] + 1
+        owners = self.fetcher.assignment()
+        for tp, (first, last, count) in spans.items():
+            self.journal.emit(
+                "records.consumed",
+                group=self.config.group,
+                consumer=self.consumer_id,
+                thread=owners.get(tp, ""),
+                topic=tp.topic,
+                partition=tp.partition,
+                first=first,
+                last=last,
+                count=count,
+            )
+
+    def start_positions(self, claims: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
+        """Where to start each partition: its committed offset, else the start policy."""
+        out: dict[TopicPartition, int] = {}
+        for tp, committed in claims.items():
+            start, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
+            if committed is not None:
+                out[tp] = max(committed, start)
+            else:
+                out[tp] = start if self.config.start_from == "earliest" else end
+        return out
+
+    def next_event(self) -> tuple[str, object]:
+        return self._events.get()
+
+    def redeliver_later(self, event: tuple[str, object], delay: float = 0.2) -> None:
+        """Put ``event`` back after ``delay`` (command thread; used after a ZooKeeper error mid-command)."""
+        if not self._closing.wait(delay):
+            self._events.put(event)
+
+    def session_state(self) -> ConnState:
+        return self.zk.state
+
+
+__all__ = ["Consumer", "ConsumerMetrics", "Rebalance"]

@@ -1,0 +1,302 @@
+"""The consumer's command thread: applies channel commands and session changes strictly in order.
+
+Every event a consumer reacts to (a channel listing, a connection-state change, the lease running out, a commit
+request from ``poll``, ``close``) goes through one queue to this one thread, so a command is never applied while a
+session change is half-handled.
+
+Commands (``docs/protocol.md``) are applied in sequence-number order and deleted to acknowledge them:
+
+* refused, but still acknowledged, when malformed, addressed to another group, or older than the newest
+  ``(epoch, generation)`` seen (S5, S7) -- the reason is journalled (``command.rejected``);
+* ``stop-fetcher``: stop every fetcher (synchronously), commit the consumed positions (S3), call
+  ``on_partitions_revoked``, then acknowledge;
+* ``start-fetcher``: read each partition's owner version and committed offset, seek, start fetching, call
+  ``on_partitions_assigned``, then acknowledge.
+
+Session changes: SUSPENDED pauses fetching (the lease is void until the next acknowledged round trip); a new
+session after an expiry (LOST) drops the assignment without committing (the partitions may be someone else's by
+now), registers again and waits for commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from consumer.offsets import OffsetCommitFencedError
+from consumer.records import TopicPartition
+from zkcoord import paths
+from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.zk import ConnState
+from zkcoord.znodes import Command, CommandOption
+
+if TYPE_CHECKING:
+    from consumer.client import Consumer
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """The last completed hand-over as this consumer saw it (stop received -> start applied)."""
+
+    generation: int
+    latency_ms: float
+    finished_at: float
+
+
+def sequence_of(name: str) -> int:
+    """The sequence number ZooKeeper appended to a command's name (10 digits); -1 if there is none."""
+    tail = name[-10:]
+    return int(tail) if len(name) > 10 and tail.isdigit() else -1
+
+
+class CommandHandler:
+    def __init__(
+        self,
+        consumer: Consumer,
+        on_revoked: PartitionsCallback | None,
+        on_assigned: PartitionsCallback | None,
+    ) -> None:
+        self.c = consumer
+        self.on_revoked = on_revoked
+        self.on_assigned = on_assigned
+        self.epoch = -1
+        self.generation = -1
+        self.rebalances = 0
+        self.last_rebalance: Rebalance | None = None
+        self._stop_received_at: float | None = None
+        self._applied: set[str] = set()
+        self._commit_lock = threading.Lock()
+        self._lost = False
+
+    # --- the loop (consumer-cmd thread) ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while True:
+            kind, arg = self.c.next_event()
+            try:
+                if kind == "close":
+                    self._on_close()
+                    return
+                if kind == "channel" and isinstance(arg, list):
+                    self._on_channel(arg)
+                elif kind == "state" and isinstance(arg, ConnState):
+                    self._on_state(arg)
+                elif kind == "lease-expired" and isinstance(arg, int):
+                    self.c.fetcher.pause("lease expired")
+                    self.c.journal.emit(
+                        "lease.expired", group=self.c.config.group, consumer=self.c.consumer_id, deadline_ms=arg
+                    )
+                elif kind == "lease-renewed":
+                    if not self._lost:
+                        self.c.fetcher.resume()
+                elif kind == "commit":
+                    self._commit_quietly(self.c.fetcher.positions())
+            except ZkError as e:
+                # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
+                # so the same listing is handled again shortly: an unacknowledged command is never stranded.
+                log.warning("consumer %s: %s", self.c.consumer_id, e)
+                if kind in ("channel", "commit"):
+                    self.c.redeliver_later((kind, arg))
+
+    def _on_close(self) -> None:
+        if not self._lost and self.c.lease.valid():
+            self._commit_quietly(self.c.fetcher.positions())
+        revoked = list(self.c.fetcher.assignment())
+        self.c.fetcher.revoke("closing")
+        self.c.offsets.release()
+        if revoked and self.on_revoked is not None:
+            self._callback(self.on_revoked, revoked)
+
+    def _on_state(self, state: ConnState) -> None:
+        c = self.c
+        c.journal.emit("zk.state", state=state.value, session=f"{c.zk.session_id:#x}")
+        if state is ConnState.SUSPENDED:
+            c.lease.invalidate()
+            c.fetcher.pause("zookeeper suspended")
+        elif state is ConnState.LOST:
+            c.lease.invalidate()
+            self._lost = True
+            # Our member znode is gone and the coordinator may already have given our partitions to others:
+            # stop at once and commit nothing.
+            revoked = list(c.fetcher.assignment())
+            c.fetcher.revoke("session lost")
+            c.offsets.release()
+            c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason="session lost")
+            if revoked and self.on_revoked is not None:
+                self._callback(self.on_revoked, revoked)
+        elif state is ConnState.CONNECTED and self._lost:
+            self._lost = False
+            c.register()
+        elif state is ConnState.CONNECTED:
+            pass  # same session: the heartbeat renews the lease and resumes fetching
+
+    # --- commands ------------------------------------------------------------------------------------------------
+
+    def _on_channel(self, children: list[str]) -> None:
+        c = self.c
+        channel = paths.channel(c.config.group, c.consumer_id)
+        self._applied &= set(children)  # forget names that are gone
+        for name in sorted(children, key=sequence_of):
+            if name in self._applied:
+                continue
+            path = f"{channel}/{name}"
+            if not name.startswith(paths.COMMAND_PREFIX) or sequence_of(name) < 0:
+                # Not a command at all: refuse it, and delete it so the channel stays a queue of commands.
+                self._reject(name, None, "not a command znode")
+                self._ack(path, name)
+                continue
+            try:
+                data, _ = c.zk.get(path)
+            except NoNodeError:
+                continue
+            try:
+                command = Command.decode(data, path)
+            except CodecError as e:
+                self._reject(name, None, f"malformed: {e.reason}")
+                self._ack(path, name)
+                continue
+            reason = self._refusal(command)
+            if reason is not None:
+                self._reject(name, command, reason)
+            elif command.option is CommandOption.STOP_FETCHER:
+                self._stop(name, command)
+            else:
+                self._start(name, command)
+            self._ack(path, name)
+
+    def _refusal(self, command: Command) -> str | None:
+        if command.group != self.c.config.group:
+            return f"addressed to group {command.group!r}"
+        if self.c.config.unsafe_no_fencing:
+            return None
+        if command.epoch < self.epoch:
+            return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
+        if command.generation < self.generation:
+            return f"stale: generation {command.generation} < {self.generation}"
+        return None
+
+    def _adopt(self, command: Command) -> None:
+        self.epoch = max(self.epoch, command.epoch)
+        self.generation = max(self.generation, command.generation)
+
+    def _stop(self, name: str, command: Command) -> None:
+        c = self.c
+        self._adopt(command)
+        self._stop_received_at = c.clock()
+        revoked = list(c.fetcher.assignment())
+        positions = c.fetcher.revoke("stop-fetcher")
+        if not self._lost:
+            self._commit_quietly(positions)  # S3: commit before acknowledging the stop
+        c.offsets.release()
+        if self.on_revoked is not None:
+            self._callback(self.on_revoked, revoked)
+        self._journal_applied(name, command, len(revoked))
+
+    def _start(self, name: str, command: Command) -> None:
+        c = self.c
+        self._adopt(command)
+        if c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
+            self._commit_quietly(c.fetcher.revoke("start-fetcher"))
+            c.offsets.release()
+        ownership = {
+            TopicPartition(topic, p): thread
+            for topic, parts in command.ownership.items()
+            for p, thread in parts.items()
+        }
+        foreign = sorted(t for t in set(ownership.values()) if not t.startswith(f"{c.consumer_id}-"))
+        if foreign:
+            self._reject(name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
+            return
+        claims, problems = c.offsets.claim(ownership)
+        for problem in problems:
+            c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
+        starts = c.start_positions({tp: claim.committed for tp, claim in claims.items()})
+        c.fetcher.assign({tp: (starts[tp], claims[tp].thread) for tp in claims})
+        if self.on_assigned is not None:
+            self._callback(self.on_assigned, sorted(claims))
+        self._journal_applied(name, command, len(claims))
+        if self._stop_received_at is not None:
+            latency = (c.clock() - self._stop_received_at) * 1000
+            self.rebalances += 1
+            self.last_rebalance = Rebalance(command.generation, latency, c.clock())
+            self._stop_received_at = None
+
+    def _ack(self, path: str, name: str) -> None:
+        self._applied.add(name)
+        with contextlib.suppress(NoNodeError):
+            self.c.zk.delete(path)
+
+    def _reject(self, name: str, command: Command | None, reason: str) -> None:
+        c = self.c
+        fields: dict[str, object] = {}
+        if command is not None:
+            fields = {"option": command.option.value, "epoch": command.epoch, "generation": command.generation}
+        c.journal.emit(
+            "command.rejected", group=c.config.group, consumer=c.consumer_id, name=name, reason=reason, **fields
+        )
+        log.warning("consumer %s: refused command %s: %s", c.consumer_id, name, reason)
+
+    def _journal_applied(self, name: str, command: Command, partitions: int) -> None:
+        c = self.c
+        c.journal.emit(
+            "command.applied",
+            group=c.config.group,
+            consumer=c.consumer_id,
+            name=name,
+            option=command.option.value,
+            epoch=command.epoch,
+            generation=command.generation,
+            partitions=partitions,
+        )
+
+    # --- commits -------------------------------------------------------------------------------------------------
+
+    def commit(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit (any thread).  :raises OffsetCommitFencedError: for partitions no longer ours."""
+        with self._commit_lock:
+            try:
+                written = self.c.offsets.commit(positions)
+            except OffsetCommitFencedError as e:
+                self._journal_commits(e.committed)
+                for tp in e.partitions:
+                    self.c.journal.emit(
+                        "offsets.fenced",
+                        group=self.c.config.group,
+                        consumer=self.c.consumer_id,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                    )
+                raise
+            self._journal_commits(written)
+            return written
+
+    def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
+        try:
+            self.commit(positions)
+        except OffsetCommitFencedError as e:
+            log.warning("consumer %s: %s", self.c.consumer_id, e)
+
+    def _journal_commits(self, written: dict[TopicPartition, int]) -> None:
+        for tp, offset in sorted(written.items()):
+            self.c.journal.emit(
+                "offsets.committed",
+                group=self.c.config.group,
+                consumer=self.c.consumer_id,
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+            )
+
+    def _callback(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> None:
+        try:
+            callback(partitions)
+        except Exception:  # a user callback must not stop command handling
+            log.exception("consumer %s: rebalance callback failed", self.c.consumer_id)

@@ -1,0 +1,163 @@
+"""Committed offsets under ``/consumers/groups/<g>/offsets/<t>/<p>``, fenced by the ownership registry (S3).
+
+When a consumer starts fetching a partition it reads the partition's owner znode (written by the coordinator in the
+same transaction as the start-fetcher) and remembers its version.  Every commit is a transaction that first checks
+that version: if the coordinator has since given the partition to another thread (a new owner value, so a new
+version) or removed it, the check fails and the commit of that partition is refused with
+:class:`OffsetCommitFencedError`.  A consumer that no longer owns a partition therefore cannot move its offset.
+
+Threads: methods are called by the consumer's command thread and by ``poll()``/``commit()`` on the application's
+thread; a lock serialises them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from consumer.records import TopicPartition
+from zkcoord import paths
+from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError
+from zkcoord.zk import ZkClient
+from zkcoord.znodes import decode_int, decode_owner, encode_int
+
+
+class OffsetCommitFencedError(ZkCoordError):
+    """The consumer no longer owns these partitions; their offsets were not committed."""
+
+    def __init__(self, group: str, partitions: list[TopicPartition], committed: Mapping[TopicPartition, int]) -> None:
+        self.group = group
+        self.partitions = partitions
+        self.committed = dict(committed)
+        names = ", ".join(f"{tp.topic}/{tp.partition}" for tp in partitions)
+        super().__init__(f"group {group}: not the owner of {names} any more; their offsets were not committed")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a consumer knows of a partition it was told to fetch."""
+
+    thread: str
+    owner_version: int
+    committed: int | None
+    offset_exists: bool
+
+
+class OffsetStore:
+    def __init__(self, zk: ZkClient, group: str) -> None:
+        self.zk = zk
+        self.group = group
+        self._lock = threading.Lock()
+        self._claims: dict[TopicPartition, Claim] = {}
+        self._committed: dict[TopicPartition, int] = {}
+
+    def claim(self, ownership: Mapping[TopicPartition, str]) -> tuple[dict[TopicPartition, Claim], list[str]]:
+        """Read owner versions and committed offsets of the partitions a start-fetcher gives us.
+
+        Returns the claims and, for partitions whose registry does not name the expected thread, a reason each
+        (those partitions are not fetched).  :raises ZkError: on I/O failure.
+        """
+        tps = sorted(ownership)
+        for topic in sorted({tp.topic for tp in tps}):
+            self.zk.ensure_path(paths.offsets(self.group, topic))
+        owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in tps]
+        offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in tps]
+        reads = self.zk.get_many(owner_paths + offset_paths)
+        claims: dict[TopicPartition, Claim] = {}
+        problems: list[str] = []
+        for i, tp in enumerate(tps):
+            owner, offset = reads[i], reads[len(tps) + i]
+            if owner is None:
+                problems.append(f"{owner_paths[i]}: no owner registered")
+                continue
+            try:
+                holder = decode_owner(owner[0], owner_paths[i])
+            except CodecError as e:
+                problems.append(str(e))
+                continue
+            if holder != ownership[tp]:
+                problems.append(f"{owner_paths[i]}: owned by {holder}, not {ownership[tp]}")
+                continue
+            committed = None
+            if offset is not None:
+                try:
+                    committed = decode_int("committed offset", offset[0], offset_paths[i])
+                except CodecError as e:
+                    problems.append(f"{e}; starting from the start policy")
+            claims[tp] = Claim(ownership[tp], owner[1].version, committed, offset is not None)
+        with self._lock:
+            self._claims = dict(claims)
+            self._committed = {tp: c.committed for tp, c in claims.items() if c.committed is not None}
+        return claims, problems
+
+    def release(self) -> None:
+        with self._lock:
+            self._claims = {}
+            self._committed = {}
+
+    def committed(self) -> dict[TopicPartition, int]:
+        with self._lock:
+            return dict(self._committed)
+
+    def commit(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
+
+        Only changed positions are written, in one transaction that checks every owner version first.
+        :raises OffsetCommitFencedError: for partitions we no longer own (the others are committed).
+        :raises ZkError: on I/O failure (nothing is committed then).
+        """
+        with self._lock:
+            todo = {tp: off for tp, off in positions.items() if tp in self._claims and self._committed.get(tp) != off}
+            fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
+            written: dict[TopicPartition, int] = {}
+            while todo:
+                txn = self.zk.transaction()
+                for tp in sorted(todo):
+                    claim = self._claims[tp]
+                    txn.check(paths.owner(self.group, tp.topic, tp.partition), claim.owner_version)
+                for tp in sorted(todo):
+                    path = paths.offset(self.group, tp.topic, tp.partition)
+                    if self._claims[tp].offset_exists:
+                        txn.set_data(path, encode_int(todo[tp]))
+                    else:
+                        txn.create(path, encode_int(todo[tp]))
+                try:
+                    txn.commit()
+                except NodeExistsError as e:
+                    # Our record said "absent" but the node exists (an earlier commit whose reply was lost):
+                    # set it instead of creating it.
+                    tp_created = self._offset_of_path(e.path, todo)
+                    if tp_created is None:
+                        raise
+                    c = self._claims[tp_created]
+                    self._claims[tp_created] = Claim(c.thread, c.owner_version, c.committed, True)
+                    continue
+                except (BadVersionError, NoNodeError) as e:
+                    lost = self._owner_of_path(e.path, todo)
+                    if lost is None:
+                        raise
+                    fenced.append(lost)
+                    del self._claims[lost]  # it is somebody else's now
+                    del todo[lost]
+                    continue
+                for tp, off in todo.items():
+                    self._claims[tp] = Claim(self._claims[tp].thread, self._claims[tp].owner_version, off, True)
+                    self._committed[tp] = off
+                written.update(todo)
+                todo = {}
+        if fenced:
+            raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
+        return written
+
+    def _offset_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
+        for tp in todo:
+            if path == paths.offset(self.group, tp.topic, tp.partition):
+                return tp
+        return None
+
+    def _owner_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
+        for tp in todo:
+            if path == paths.owner(self.group, tp.topic, tp.partition):
+                return tp
+        return None

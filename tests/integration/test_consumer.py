@@ -1,0 +1,110 @@
+"""The consumer in-process against a real ZooKeeper and a real coordinator: commands, offsets, callbacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
+from tests.integration.test_coordinator import Cluster
+from zkcoord import paths
+from zkcoord.journal import Journal, read_journal
+from zkcoord.partlog import PartitionWriter
+from zkcoord.procs import wait_until
+from zkcoord.topics import TopicAdmin
+from zkcoord.znodes import Command, CommandOption
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        yield Cluster(zk_hosts, tmp_path / "journal", stack)
+
+
+def make(cluster: Cluster, data: Path, stack: ExitStack, on_revoked: object = None, **kw: object) -> Consumer:
+    config = ConsumerConfig(
+        group="g",
+        subscription=Subscription.static({"t": 1}),
+        zk=cluster.hosts,
+        data_dir=data,
+        session_timeout_s=4.0,
+        **kw,  # type: ignore[arg-type]
+    )
+    consumer = Consumer(
+        config,
+        journal=Journal(cluster.journal_dir, "consumer"),
+        on_partitions_revoked=on_revoked,  # type: ignore[arg-type]
+    )
+    stack.enter_context(consumer)
+    return consumer
+
+
+def produce(data: Path, topic: str, partitions: int, per_partition: int) -> None:
+    for p in range(partitions):
+        with PartitionWriter(data, topic, p) as writer:
+            writer.append_batch([(None, f"{p}:{i}".encode()) for i in range(per_partition)])
+
+
+def drain(consumer: Consumer, want: int, timeout: float = 20) -> list[tuple[int, int]]:
+    got: list[tuple[int, int]] = []
+
+    def more() -> bool:
+        got.extend((r.partition, r.offset) for r in consumer.poll(0.05))
+        return len(got) >= want
+
+    wait_until(more, timeout, f"{want} records", interval=0)
+    return got
+
+
+def test_consume_commit_and_fenced_commit_after_reassignment(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data = tmp_path / "data"
+    produce(data, "t", 2, 50)
+    revoked: list[list[TopicPartition]] = []
+    with ExitStack() as stack:
+        first = make(cluster, data, stack, on_revoked=revoked.append, auto_commit=False, max_poll_records=7)
+        got = drain(first, 100)
+        assert sorted(got) == [(p, o) for p in range(2) for o in range(50)]
+        assert first.commit() == {TopicPartition("t", 0): 50, TopicPartition("t", 1): 50}
+        positions = first.fetcher.positions()
+        # A second member: the coordinator moves one partition to it.  Our stop commits, the move happens.
+        second = make(cluster, data, stack)
+        cluster.wait_stable("g", 2)
+        wait_until(lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1, 10, "one each")
+        assert revoked, "on_partitions_revoked was not called"
+        moved = next(iter(set(positions) - set(first.assignment())))
+        with pytest.raises(OffsetCommitFencedError) as info:
+            first.handler.commit({moved: 1})  # an old position of a partition we no longer own
+        assert info.value.partitions == [moved]
+        assert cluster.admin_zk.get(paths.offset("g", moved.topic, moved.partition))[0] == b"50"
+
+
+def test_stale_malformed_and_foreign_commands_are_refused_and_acknowledged(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    with ExitStack() as stack:
+        consumer = make(cluster, tmp_path / "data", stack)
+        state = cluster.wait_stable("g", 1)
+        wait_until(lambda: len(consumer.assignment()) == 2, 10, "assigned")
+        channel = paths.channel("g", consumer.consumer_id)
+        stale = Command(CommandOption.STOP_FETCHER, state.epoch, state.generation - 1, "g")
+        older_epoch = Command(CommandOption.STOP_FETCHER, state.epoch - 1, state.generation + 5, "g")
+        foreign = Command(CommandOption.STOP_FETCHER, state.epoch, state.generation, "other")
+        zk = cluster.admin_zk
+        for data in (stale.encode(), older_epoch.encode(), foreign.encode(), b"{garbage"):
+            zk.create(f"{channel}/{paths.COMMAND_PREFIX}x-", data, sequence=True)
+        zk.create(f"{channel}/not-a-command", b"")
+        wait_until(lambda: zk.get_children(channel) == [], 10, "every command acknowledged")
+        reasons = [e.fields["reason"] for e in read_journal(cluster.journal_dir) if e.event == "command.rejected"]
+        assert any(r.startswith("stale: generation") for r in reasons)
+        assert any(r.startswith("stale: coordinator epoch") for r in reasons)
+        assert any("addressed to group 'other'" in r for r in reasons)
+        assert any(r.startswith("malformed") for r in reasons)
+        assert any("not a command" in r for r in reasons)
+        assert len(consumer.assignment()) == 2, "a refused stop-fetcher must not stop anything"

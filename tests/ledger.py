@@ -1,0 +1,84 @@
+"""Reading a run's journal back as a ledger: what was produced, consumed, owned when (for test assertions).
+
+These checks are the tests' own oracle, kept deliberately simple (sets of offsets, sorted intervals); the product's
+verdict (``zkcoord analyze``) computes the same properties at scale.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zkcoord.journal import read_journal
+
+TP = tuple[str, int]
+
+
+@dataclass
+class Ledger:
+    produced: dict[TP, set[int]] = field(default_factory=dict)
+    consumed: dict[TP, Counter[int]] = field(default_factory=dict)
+    #: (start_ms, end_ms or None, consumer, thread) per partition
+    intervals: dict[TP, list[tuple[int, int | None, str, str]]] = field(default_factory=dict)
+    #: per consumer: deliveries as (ts_ms, topic, partition, first, last)
+    deliveries: dict[str, list[tuple[int, str, int, int, int]]] = field(default_factory=dict)
+    committed: dict[tuple[str, TP], int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, journal: Path, group: str) -> Ledger:
+        ledger = cls()
+        open_since: dict[tuple[TP, str], tuple[int, str]] = {}
+        for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+            f = e.fields
+            if e.event == "produce.batch":
+                ledger.produced.setdefault((f["topic"], f["partition"]), set()).update(range(f["first"], f["last"] + 1))
+                continue
+            if f.get("group") != group:
+                continue
+            tp = (f.get("topic", ""), f.get("partition", -1))
+            if e.event == "records.consumed":
+                ledger.consumed.setdefault(tp, Counter()).update(range(f["first"], f["last"] + 1))
+                ledger.deliveries.setdefault(f["consumer"], []).append((e.ts_ms, tp[0], tp[1], f["first"], f["last"]))
+            elif e.event == "fetch.started":
+                open_since[(tp, f["consumer"])] = (e.ts_ms, f["thread"])
+            elif e.event == "fetch.stopped":
+                start = open_since.pop((tp, f["consumer"]), None)
+                if start is not None:
+                    end = int(f.get("at_ms", e.ts_ms))
+                    ledger.intervals.setdefault(tp, []).append((start[0], end, f["consumer"], start[1]))
+            elif e.event == "offsets.committed":
+                ledger.committed[(f["consumer"], tp)] = f["offset"]
+        for (tp, consumer), (start_ms, thread) in open_since.items():
+            ledger.intervals.setdefault(tp, []).append((start_ms, None, consumer, thread))
+        return ledger
+
+    def total_produced(self, topics: set[str] | None = None) -> int:
+        return sum(len(v) for tp, v in self.produced.items() if topics is None or tp[0] in topics)
+
+    def missing(self, topics: set[str] | None = None) -> dict[TP, int]:
+        out = {}
+        for tp, offsets in self.produced.items():
+            if topics is not None and tp[0] not in topics:
+                continue
+            lost = len(offsets - set(self.consumed.get(tp, Counter())))
+            if lost:
+                out[tp] = lost
+        return out
+
+    def duplicates(self) -> dict[TP, set[int]]:
+        return {
+            tp: {o for o, n in c.items() if n > 1} for tp, c in self.consumed.items() if any(n > 1 for n in c.values())
+        }
+
+    def overlaps(self) -> list[tuple[TP, tuple[int, int | None, str, str], tuple[int, int | None, str, str]]]:
+        """Pairs of ownership intervals of one partition, held by different consumers, that overlap in time."""
+        found = []
+        for tp, unordered in self.intervals.items():
+            spans = sorted(unordered, key=lambda s: s[0])
+            for i, a in enumerate(spans):
+                for b in spans[i + 1 :]:
+                    a_end = a[1] if a[1] is not None else 2**62
+                    if b[0] < a_end and a[2] != b[2]:
+                        found.append((tp, a, b))
+        return found

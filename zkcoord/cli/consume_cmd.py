@@ -1,0 +1,147 @@
+"""``zkcoord consume``: run one consumer of a group until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.cli.common import (
+    data_dir_option,
+    journal_option,
+    open_journal,
+    resolve_data_dir,
+    stop_on_signals,
+)
+from zkcoord.errors import ConfigurationError
+from zkcoord.settings import DEFAULT_ZK, default_zk
+
+
+def _subscription(topics: tuple[str, ...], whitelist: str | None, blacklist: str | None, threads: int) -> Subscription:
+    chosen = sum(bool(x) for x in (topics, whitelist, blacklist))
+    if chosen != 1:
+        raise ConfigurationError("give --topic T[:THREADS] (repeatable), or --whitelist REGEX, or --blacklist REGEX")
+    if whitelist:
+        return Subscription.whitelist(whitelist, threads)
+    if blacklist:
+        return Subscription.blacklist(blacklist, threads)
+    static: dict[str, int] = {}
+    for item in topics:
+        name, _, count = item.partition(":")
+        if count and not count.isdigit():
+            raise ConfigurationError(f"bad --topic {item!r}: expected TOPIC or TOPIC:THREADS")
+        static[name] = int(count) if count else 1
+    return Subscription.static(static)
+
+
+class _Status:
+    """The live status line: records/s, partitions owned, lag."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.tty = sys.stderr.isatty()
+        self.last = time.monotonic()
+        self.last_count = 0
+        self.every = 1.0 if self.tty else 5.0
+
+    def maybe_show(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < self.every:
+            return
+        m = self.consumer.metrics()
+        rate = (m.records_consumed_total - self.last_count) / max(now - self.last, 1e-9)
+        self.last, self.last_count = now, m.records_consumed_total
+        lease = "" if m.lease_valid else ", lease expired"
+        line = (
+            f"consumed {m.records_consumed_total} ({rate:,.0f} rec/s), {m.assigned_partitions} partitions owned, "
+            f"lag {m.lag}{lease}"
+        )
+        click.echo(("\r" + line + "   ") if self.tty else line, err=True, nl=not self.tty)
+
+
+@click.command()
+@click.option("--group", "-g", required=True, help="Consumer group.")
+@click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC[:THREADS]", help="Static subscription.")
+@click.option("--whitelist", metavar="REGEX", help="Subscribe to every topic whose whole name matches.")
+@click.option("--blacklist", metavar="REGEX", help="Subscribe to every topic whose name does not match.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=1, show_default=True, help="Threads (wildcards).")
+@click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=500, show_default=True)
+@click.option(
+    "--from",
+    "start_from",
+    type=click.Choice(["earliest", "latest"]),
+    default="earliest",
+    show_default=True,
+    help="Where a partition without a committed offset starts.",
+)
+@click.option("--print", "print_records", is_flag=True, help="Print each record: topic, partition, offset, key, value.")
+@click.option("--max-records", type=click.IntRange(1), default=None, help="Exit 0 after this many records.")
+@click.option("--auto-commit-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True)
+@click.option("--consumer-id", default="", help="Fixed consumer id (default: Kafka's <group>_<host>-<ms>-<hex>).")
+@click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: no stale-command check, no lease.")
+@click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
+@click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
+@data_dir_option
+@journal_option
+def consume(
+    group: str,
+    topics: tuple[str, ...],
+    whitelist: str | None,
+    blacklist: str | None,
+    threads: int,
+    max_poll_records: int,
+    start_from: str,
+    print_records: bool,
+    max_records: int | None,
+    auto_commit_interval: float,
+    consumer_id: str,
+    unsafe: bool,
+    zk: str,
+    session_timeout: float,
+    data_dir: Path | None,
+    journal_dir: Path | None,
+) -> None:
+    """Consume as a member of GROUP; the coordinator decides which partitions this consumer gets.
+
+    Journals what it consumed as offset ranges and shows a live status line; on SIGTERM or SIGINT it commits,
+    deregisters and exits 0.
+    """
+    config = ConsumerConfig(
+        group=group,
+        subscription=_subscription(topics, whitelist, blacklist, threads),
+        zk=zk,
+        data_dir=resolve_data_dir(data_dir),
+        session_timeout_s=session_timeout,
+        max_poll_records=max_poll_records,
+        start_from="latest" if start_from == "latest" else "earliest",
+        auto_commit_interval_s=auto_commit_interval,
+        consumer_id=consumer_id,
+        unsafe_no_fencing=unsafe,
+    )
+    stop = stop_on_signals()
+    journal = open_journal(journal_dir, f"consumer-{group}")
+    consumer = Consumer(config, journal=journal)
+    consumer.start()
+    click.echo(f"consumer {consumer.consumer_id} joined group {group}", err=True)
+    status = _Status(consumer)
+    total = 0
+    try:
+        while not stop.is_set() and (max_records is None or total < max_records):
+            records = consumer.poll(0.2)
+            total += len(records)
+            if print_records:
+                for r in records:
+                    key = r.key.decode("utf-8", "replace") if r.key is not None else "-"
+                    click.echo(f"{r.topic}\t{r.partition}\t{r.offset}\t{key}\t{r.value.decode('utf-8', 'replace')}")
+            status.maybe_show()
+    finally:
+        consumer.close()
+        status.maybe_show(force=True)
+        if status.tty:
+            click.echo("", err=True)
+        journal.emit("process.stopped", reason="signal" if stop.is_set() else "done")
+        journal.close()
+    click.echo(f"consumer {consumer.consumer_id} left group {group} after {total} records", err=True)
