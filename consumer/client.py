@@ -286,26 +286,33 @@ class Consumer:
         )
 
     def _journal_consumed(self, records: list[ConsumerRecord]) -> None:
-        spans: dict[TopicPartition, list[int]] = {}
-        for r in records:
-            span = spans.get(TopicPartition(r.topic, r.partition))
-            if span is None:
-                spans[TopicPartition(r.topic, r.partition)] = [r.offset, r.offset, 1]
-            else:
-                span[1], span[2] = r.offset, span[2] + 1
+        """Journal what ``poll`` handed out as offset ranges: one event per run of records of one partition.
+
+        ``poll`` returns each partition's records as one contiguous run, so this walks run boundaries only.
+        """
+        if self.journal.path is None:
+            return
         owners = self.fetcher.assignment()
-        for tp, (first, last, count) in spans.items():
+        start = 0
+        n = len(records)
+        while start < n:
+            first = records[start]
+            end = start + 1
+            while end < n and records[end].partition == first.partition and records[end].topic == first.topic:
+                end += 1
+            tp = TopicPartition(first.topic, first.partition)
             self.journal.emit(
                 "records.consumed",
                 group=self.config.group,
                 consumer=self.consumer_id,
                 thread=owners.get(tp, ""),
-                topic=tp.topic,
-                partition=tp.partition,
-                first=first,
-                last=last,
-                count=count,
+                topic=first.topic,
+                partition=first.partition,
+                first=first.offset,
+                last=records[end - 1].offset,
+                count=end - start,
             )
+            start = end
 
     def start_positions(self, claims: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """Where to start each partition: its committed offset, else the start policy."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -17,9 +16,11 @@ class TopicPartition(NamedTuple):
         return f"{self.topic}-{self.partition}"
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     """One record of a partition log, as ``poll()`` returns it.  Immutable.
+
+    A named tuple rather than a frozen dataclass: it is built once per record on the hot path, and a named tuple
+    is constructed in C (the consumer benchmark measured 0.86 µs per record for the dataclass, most of a poll).
 
     ``offset`` is the record's position in its partition; the position to commit after processing it is
     ``offset + 1``.  ``key`` is ``None`` when the producer gave none; ``timestamp_ms`` is the producer's

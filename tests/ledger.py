@@ -29,6 +29,7 @@ class Ledger:
     def read(cls, journal: Path, group: str) -> Ledger:
         ledger = cls()
         open_since: dict[tuple[TP, str], tuple[int, str]] = {}
+        last_seen: dict[str, int] = {}
         for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
             f = e.fields
             if e.event == "produce.batch":
@@ -36,6 +37,8 @@ class Ledger:
                 continue
             if f.get("group") != group:
                 continue
+            if "consumer" in f:
+                last_seen[f["consumer"]] = e.ts_ms
             tp = (f.get("topic", ""), f.get("partition", -1))
             if e.event == "records.consumed":
                 ledger.consumed.setdefault(tp, Counter()).update(range(f["first"], f["last"] + 1))
@@ -50,7 +53,8 @@ class Ledger:
             elif e.event == "offsets.committed":
                 ledger.committed[(f["consumer"], tp)] = f["offset"]
         for (tp, consumer), (start_ms, thread) in open_since.items():
-            ledger.intervals.setdefault(tp, []).append((start_ms, None, consumer, thread))
+            # Never stopped: the process died (SIGKILL).  It handed out nothing after its last journalled event.
+            ledger.intervals.setdefault(tp, []).append((start_ms, last_seen.get(consumer), consumer, thread))
         return ledger
 
     def total_produced(self, topics: set[str] | None = None) -> int:

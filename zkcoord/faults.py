@@ -12,6 +12,11 @@ the environment variable ``ZKCOORD_FAULTS`` names it, the process acts there:
 
 Add ``@N`` to act only on the N-th hit (``coordinator.before_start=pause@2``).  Several points are separated by
 commas.  A point fires at most once per process, so a resumed process carries on normally.
+
+A scenario can also arm a point while the process runs: with ``ZKCOORD_FAULT_DIR`` set, a file
+``<dir>/<pid>.arm`` holding ``POINT=ACTION`` arms that point for the next hit; the process renames the file to
+``<pid>.fired`` before it acts, so an armed fault fires exactly once.  (A stat per fault point: they sit on rare
+protocol steps, never on a hot path.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from zkcoord.errors import ConfigurationError
 from zkcoord.journal import Journal
@@ -82,12 +88,40 @@ class _Registry:
 
 _registry = _Registry()
 
+DIR_ENV = "ZKCOORD_FAULT_DIR"
+
+
+def arm(directory: Path, pid: int, point: str, action: str) -> None:
+    """Arm ``point`` in process ``pid`` (which runs with ``ZKCOORD_FAULT_DIR=directory``) for its next hit."""
+    parse(f"{point}={action}")  # validate
+    tmp = directory / f"{pid}.arm.tmp"
+    tmp.write_text(f"{point}={action}")
+    tmp.replace(directory / f"{pid}.arm")  # atomic: the process never reads half a spec
+
+
+def _armed(point: str) -> FaultSpec | None:
+    directory = os.environ.get(DIR_ENV)
+    if not directory:
+        return None
+    armed = Path(directory) / f"{os.getpid()}.arm"
+    try:
+        spec = parse(armed.read_text()).get(point)
+    except (OSError, ConfigurationError):
+        return None
+    if spec is None:
+        return None
+    try:
+        armed.replace(armed.with_suffix(".fired"))
+    except OSError:
+        return None  # someone else consumed it
+    return spec
+
 
 def fault_point(point: str, journal: Journal) -> None:
-    """Act here if ``ZKCOORD_FAULTS`` says so (see the module docstring); otherwise return at once."""
+    """Act here if ``ZKCOORD_FAULTS`` or an armed file says so (see the module docstring); else return at once."""
     if point not in POINTS:
         raise ValueError(f"unknown fault point {point!r}; add it to zkcoord.faults.POINTS")
-    spec = _registry.hit(point)
+    spec = _registry.hit(point) or _armed(point)
     if spec is None:
         return
     journal.emit("fault.injected", fault=f"point:{spec.action}", target=journal.role, detail=point)

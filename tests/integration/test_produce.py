@@ -90,10 +90,3 @@ def test_produce_to_a_missing_topic_is_one_clear_line(zk: ZkClient, zk_hosts: st
     out = run_cli("produce", "ghost", "--zk", zk_hosts, "--data-dir", str(tmp_path))
     assert out.returncode == 1
     assert "topic 'ghost' does not exist" in out.stderr and "Traceback" not in out.stderr
-
-
-def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    out = run_cli("demo", "--run-dir", str(tmp_path / "run"), "--count", "3000", timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
-    assert "PASS: produced 3000, read back 3000, missing 0" in out.stdout
-    assert list((tmp_path / "run" / "journal").glob("broker-0.*.jsonl"))

@@ -49,6 +49,12 @@ def test_brokers_producer_and_topic_init_are_present() -> None:
     roles = [spec["command"][1] for spec in SERVICES.values()]
     assert roles.count("broker") == 3
     assert "produce" in roles and "topic" in roles
+    groups = {
+        spec["command"][spec["command"].index("--group") + 1]
+        for spec in SERVICES.values()
+        if spec["command"][1] == "consume"
+    }
+    assert groups == {"billing", "audit"}
 
 
 @pytest.mark.parametrize("name", sorted(SERVICES))

@@ -31,7 +31,7 @@ def cli(verbose: int) -> None:
       zkcoord produce orders --count 10000      write records
       zkcoord fetch orders --summary            read them back
       zkcoord group describe GROUP              members, owners, offsets and lag of a group
-      zkcoord demo                              the whole tour, end to end
+      zkcoord demo                              real faults, and the verdict: no split brain
 
     Every command that talks to ZooKeeper takes --zk HOST:PORT[/chroot].
     """

@@ -25,7 +25,14 @@ from typing import Literal
 
 from zkcoord import paths
 from zkcoord.coordinator.election import Fence
-from zkcoord.errors import FencedError, ZkError, ZkUnavailableError
+from zkcoord.errors import (
+    BadVersionError,
+    FencedError,
+    NoNodeError,
+    ZkError,
+    ZkSessionExpiredError,
+    ZkUnavailableError,
+)
 from zkcoord.znodes import CommandOption, GroupState
 
 OpKind = Literal["create", "create_seq", "set", "delete"]
@@ -104,15 +111,23 @@ class PhaseWriter:
                 fenced = self._as_fenced(result)
                 if fenced is not None:
                     raise fenced from result
+                # Unknown outcome: the connection was lost.  Without fencing (the demo's contrast) a coordinator also
+                # carries on after its session expired, as kazoo's Election recipe would let it: it resends later.
+                uncertain = isinstance(result, ZkUnavailableError) or (
+                    self.fence.unsafe and isinstance(result, ZkSessionExpiredError)
+                )
                 raise PhaseWriteError(
                     f"group {group}: batch {landed + 1} of {len(batches)} failed: {result}",
                     landed,
-                    uncertain=isinstance(result, ZkUnavailableError),
+                    uncertain=uncertain,
                     path=result.path,
                 ) from result
         return version
 
     def _as_fenced(self, error: ZkError) -> FencedError | None:
+        # Only a failed check is a fence; a connection loss is reported against the first path too, but says nothing.
+        if not isinstance(error, BadVersionError | NoNodeError):
+            return None
         if not self.fence.unsafe and error.path in (paths.COORDINATOR_EPOCH, paths.COORDINATOR):
             return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
         return None

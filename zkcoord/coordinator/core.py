@@ -225,20 +225,23 @@ class Coordinator:
     # --- connection states and election -------------------------------------------------------------------------
 
     def _on_state(self, state: ConnState) -> None:
-        self._journal.emit("zk.state", state=state.value, session=f"{self.zk.session_id:#x}")
+        # (The hosting broker journals the connection states; one line per change is enough.)
         if state is ConnState.SUSPENDED:
             # Stop issuing commands until we know whether the session survived (Curator's advice).
             self._suspended = True
         elif state is ConnState.LOST:
             self._suspended = True
-            if self.role is Role.COORDINATOR:
+            if self.role is Role.COORDINATOR and not self.config.unsafe_no_fencing:
                 self._resign("session lost")
         else:
             self._suspended = False
             if self.role is Role.COORDINATOR and self.rebalancer is not None:
-                if self.term is not None and self.zk.session_id != self.term.session_id:
+                new_session = self.term is not None and self.zk.session_id != self.term.session_id
+                if new_session and not self.config.unsafe_no_fencing:
                     self._resign("new session")
                 else:
+                    # Unfenced (the demo's contrast), a coordinator never learns it was deposed: it carries on in
+                    # its new session, which is exactly the trap of kazoo's Election recipe.
                     self.rebalancer.on_reconnected()
             if self.role is Role.FOLLOWER:
                 self._elect()

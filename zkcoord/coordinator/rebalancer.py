@@ -350,7 +350,8 @@ class Rebalancer:
             return
         phase = GroupPhase.STOPPING if attempt.step is Step.STOPPING else GroupPhase.STARTING
         landed = state.sent if (state.generation, state.phase) == (attempt.generation, phase) else 0
-        base_version = stat.version if landed else attempt.state_version
+        # Unfenced (the demo's contrast), a resumed coordinator writes over whatever the state holds now.
+        base_version = stat.version if landed or self.writer.fence.unsafe else attempt.state_version
         if landed >= len(self.writer.batches(attempt.ops)):
             attempt.state_version = stat.version
             self._sent(attempt)
@@ -387,7 +388,7 @@ class Rebalancer:
         txn.set_data(
             paths.group_state(attempt.group),
             self._state(attempt, GroupPhase.STABLE).encode(),
-            attempt.state_version,
+            -1 if self.writer.fence.unsafe else attempt.state_version,
         )
         try:
             self.writer.fence.commit(txn)

@@ -1,0 +1,65 @@
+"""The demonstration end to end: a short default scenario passes, its unsafe contrast is caught breaking S2/S5.
+
+These runs take real time (every fault waits for a session to expire), so each test runs the demo once and checks
+everything about that run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+from zkcoord.scenario.faults import FAULTS
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
+
+#: the journalled fault names each fault kind produces (at least one of them)
+EVIDENCE = {
+    "coordinator-zombie": "coordinator-pause",
+    "coordinator-kill": "coordinator-kill",
+    "consumer-pause": "consumer-pause",
+    "consumer-kill": "consumer-kill",
+    "consumer-join": "consumer-join",
+    "consumer-leave": "consumer-leave",
+    "partitions-added": "partitions-added",
+    "zk-restart": "zk-restart",
+    "network-cut": "network-cut",
+}
+
+
+def test_every_fault_kind_is_listed() -> None:
+    assert set(EVIDENCE) == set(FAULTS)
+    out = run_cli("demo", "--list")
+    assert out.returncode == 0
+    assert all(kind in out.stdout for kind in FAULTS)
+
+
+def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5(tmp_path: Path) -> None:
+    out = run_cli("demo", "--run-dir", str(tmp_path / "demo"), "--duration", "36", "--json", timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    safe, unsafe = report["runs"]
+    assert not safe["unsafe"] and unsafe["unsafe"]
+    for kind, evidence in EVIDENCE.items():
+        assert safe["faults"].get(evidence, 0) >= 1, f"fault {kind} was not injected in the safe run"
+    verdict = report["verdict"]
+    runs = {r["run"]: r for r in verdict["runs"]}
+    assert runs["safe"]["ok"], runs["safe"]
+    counts = runs["unsafe"]["counts"]
+    assert counts["S2"] + counts["S5"] > 0, f"the unsafe contrast broke neither S2 nor S5: {counts}"
+    assert (tmp_path / "demo" / "analysis" / "report.html").exists()
+
+
+def test_zookeeper_scenario_on_an_ensemble_kills_the_leader(tmp_path: Path) -> None:
+    out = run_cli(
+        "demo", "--scenario", "zookeeper", "--ensemble", "--no-contrast", "--duration", "12",
+        "--run-dir", str(tmp_path / "zk"), "--json", timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    (safe,) = report["runs"]
+    assert safe["faults"].get("zk-leader-kill", 0) == 1 and safe["faults"].get("network-cut", 0) == 1
+    assert report["verdict"]["runs"][0]["ok"]

@@ -1,0 +1,201 @@
+"""Crafted journals for the analysis tests: a clean run, and the same run with violations of known size.
+
+Each process writes ``<run>/journal/<role>.<pid>.jsonl`` with the core fields (v, ts, mono, seq, role, pid, ev), the
+way :class:`zkcoord.journal.Journal` does, but with explicit timestamps so every count below is exact.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+GROUP = "g"
+TOPIC = "t"
+
+A = "g_h-1000-0000000a"
+B = "g_h-1000-0000000b"
+C = "g_h-1000-0000000c"
+D = "g_h-1000-0000000d"
+E = "g_h-1000-0000000e"
+
+
+class Proc:
+    """One process's journal file."""
+
+    def __init__(self, journal: Path, role: str, pid: int) -> None:
+        journal.mkdir(parents=True, exist_ok=True)
+        self.path = journal / f"{role}.{pid}.jsonl"
+        self.role = role
+        self.pid = pid
+        self.seq = 0
+
+    def emit(self, ts: int, ev: str, **fields: Any) -> None:
+        self.seq += 1
+        core = {"v": 1, "ts": ts, "mono": ts * 1_000_000, "seq": self.seq, "role": self.role, "pid": self.pid}
+        self.raw(json.dumps({**core, "ev": ev, **fields}) + "\n")
+
+    def raw(self, text: str) -> None:
+        with self.path.open("a") as f:
+            f.write(text)
+
+
+class Run:
+    """The processes of one run; consumer helpers fill in the group."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.journal = run_dir / "journal"
+        self.coord = Proc(self.journal, "broker-1", 101)
+        self.producer = Proc(self.journal, "producer", 102)
+        self.consumers: dict[str, Proc] = {}
+
+    def consumer(self, cid: str, pid: int) -> Proc:
+        if cid not in self.consumers:
+            self.consumers[cid] = Proc(self.journal, f"consumer-{cid[-1]}", pid)
+        return self.consumers[cid]
+
+    def register(self, ts: int, cid: str, pid: int, topics: dict[str, int], pattern: str = "static") -> Proc:
+        p = self.consumer(cid, pid)
+        p.emit(ts, "consumer.registered", group=GROUP, consumer=cid, pattern=pattern, subscription=topics,
+               session="0x1", registrations=1)  # fmt: skip
+        return p
+
+    def produce(self, ts: int, partition: int, first: int, last: int, topic: str = TOPIC) -> None:
+        self.producer.emit(ts, "produce.batch", topic=topic, partition=partition, first=first, last=last,
+                           count=last - first + 1, bytes=100 * (last - first + 1))  # fmt: skip
+
+    def consumed(self, ts: int, cid: str, partition: int, first: int, last: int, topic: str = TOPIC) -> None:
+        self.consumers[cid].emit(ts, "records.consumed", group=GROUP, consumer=cid, thread=f"{cid}-0", topic=topic,
+                                 partition=partition, first=first, last=last, count=last - first + 1)  # fmt: skip
+
+    def fetch(self, ts: int, cid: str, partition: int, started: bool, offset: int = 0, topic: str = TOPIC) -> None:
+        ev = "fetch.started" if started else "fetch.stopped"
+        extra = {} if started else {"reason": "stop-fetcher"}
+        self.consumers[cid].emit(ts, ev, group=GROUP, consumer=cid, thread=f"{cid}-0", topic=topic,
+                                 partition=partition, offset=offset, generation=1, **extra)  # fmt: skip
+
+    def commit(self, ts: int, cid: str, partition: int, offset: int, topic: str = TOPIC) -> None:
+        self.consumers[cid].emit(ts, "offsets.committed", group=GROUP, consumer=cid, topic=topic,
+                                 partition=partition, offset=offset)  # fmt: skip
+
+    def command(self, ts: int, cid: str, option: str, epoch: int, generation: int, *, acked: bool = True) -> None:
+        c = self.coord
+        c.emit(ts, "command.sent", group=GROUP, consumer=cid, option=option, epoch=epoch, generation=generation,
+               partitions=1)  # fmt: skip
+        self.consumers[cid].emit(ts + 2, "command.applied", group=GROUP, consumer=cid, name=f"cmd-{epoch}-{generation}",
+                                 option=option, epoch=epoch, generation=generation, partitions=1)  # fmt: skip
+        if acked:
+            c.emit(ts + 4, "command.acked", group=GROUP, consumer=cid, option=option, epoch=epoch,
+                   generation=generation, latency_ms=4.0)  # fmt: skip
+
+    def rebalance(self, ts: int, generation: int, members: list[str], epoch: int = 1, *, complete: bool = True) -> None:
+        c = self.coord
+        c.emit(ts, "rebalance.requested", group=GROUP, trigger="member change")
+        c.emit(ts + 1, "rebalance.started", group=GROUP, generation=generation, epoch=epoch, attempt=0,
+               trigger="member change", reason="members changed", members=members, partitions=2,
+               assignor="range")  # fmt: skip
+        if complete:
+            c.emit(ts + 20, "rebalance.barrier", group=GROUP, generation=generation, epoch=epoch, stop_ms=10.0)
+            c.emit(ts + 40, "rebalance.completed", group=GROUP, generation=generation, epoch=epoch, attempts=1,
+                   latency_ms=40.0, stop_ms=10.0, start_ms=20.0, members=len(members), partitions=2,
+                   moved=1)  # fmt: skip
+
+
+def clean_run(run_dir: Path) -> Run:
+    """Two partitions of topic t, 100 records each; consumer A alone, then A and B after one rebalance.
+
+    Every record is consumed exactly once, ownership hands over cleanly, one coordinator (epoch 1).
+    """
+    r = Run(run_dir)
+    r.coord.emit(1000, "coordinator.elected", broker=1, epoch=1, session="0x10")
+    r.produce(1100, 0, 0, 99)
+    r.produce(1100, 1, 0, 99)
+    r.register(1200, A, 201, {TOPIC: 1})
+    r.rebalance(1210, 1, [A])
+    r.command(1215, A, "stop-fetcher", 1, 1)
+    r.command(1235, A, "start-fetcher", 1, 1)
+    r.fetch(1246, A, 0, True)
+    r.fetch(1246, A, 1, True)
+    r.consumed(1300, A, 0, 0, 49)
+    r.consumed(1300, A, 1, 0, 49)
+    r.commit(1400, A, 0, 50)
+    r.commit(1400, A, 1, 50)
+    r.register(1500, B, 202, {TOPIC: 1})
+    r.rebalance(1510, 2, [A, B])
+    r.command(1515, A, "stop-fetcher", 1, 2)
+    r.command(1515, B, "stop-fetcher", 1, 2)
+    r.fetch(1518, A, 0, False, 50)
+    r.fetch(1518, A, 1, False, 50)
+    r.command(1535, A, "start-fetcher", 1, 2)
+    r.command(1535, B, "start-fetcher", 1, 2)
+    r.fetch(1551, A, 0, True, 50)
+    r.fetch(1556, B, 1, True, 50)
+    r.consumed(1600, A, 0, 50, 99)
+    r.consumed(1600, B, 1, 50, 99)
+    r.commit(1610, A, 0, 100)
+    r.commit(1610, B, 1, 100)
+    return r
+
+
+def finish(r: Run, ts: int = 1700) -> None:
+    """A and B stop fetching and deregister cleanly."""
+    r.fetch(ts, A, 0, False, 100)
+    r.fetch(ts, B, 1, False, 100)
+    for cid in (A, B):
+        r.consumers[cid].emit(ts + 10, "consumer.deregistered", group=GROUP, consumer=cid)
+
+
+#: What :func:`violations_run` breaks, exactly.
+EXPECTED = {
+    "S1": 1,  # one command.sent with epoch 1 after epoch 2 was elected
+    "S2": 2,  # one overlapping pair (A and C on t-0) + one delivery of C outside any interval of its own
+    "S3": 10,  # offsets 120..129 of t-0 never consumed
+    "S4": 5,  # B consumes t-1 95..99 twice, cleanly; the 30 offsets after D's crash are allowed
+    "S5": 2,  # one applied command of a deposed epoch, one of an old generation
+}
+
+
+def violations_run(run_dir: Path) -> Run:
+    """The clean run plus one of each violation (counts in :data:`EXPECTED`)."""
+    r = clean_run(run_dir)
+    # S2 overlap: C fetches t-0 while A owns it; and C delivers t-1 records it never owned.
+    r.register(1570, C, 203, {TOPIC: 1})
+    r.fetch(1580, C, 0, True, 50)
+    r.fetch(1650, C, 0, False, 50)
+    r.produce(1640, 1, 100, 109)
+    r.consumed(1660, C, 1, 100, 109)
+    r.consumers[C].emit(1665, "consumer.deregistered", group=GROUP, consumer=C)
+    # S3 gap: t-0 100..149 produced, A consumes 100..119 and 130..149.
+    r.produce(1640, 0, 100, 149)
+    r.consumed(1650, A, 0, 100, 119)
+    r.consumed(1660, A, 0, 130, 149)
+    # S4 clean duplicate: B consumes t-1 95..99 again.
+    r.consumed(1650, B, 1, 95, 99)
+    # S4 allowed: on topic u, D consumes 0..49, commits 20, dies (no deregistration); E re-consumes 20..59.
+    r.produce(1100, 0, 0, 59, topic="u")
+    r.register(1290, D, 204, {"u": 1})
+    r.fetch(1300, D, 0, True, 0, topic="u")
+    r.consumed(1310, D, 0, 0, 39, topic="u")
+    r.commit(1320, D, 0, 20, topic="u")
+    r.consumed(1330, D, 0, 40, 49, topic="u")
+    r.register(1390, E, 205, {"u": 1})
+    r.fetch(1400, E, 0, True, 20, topic="u")
+    r.consumed(1450, E, 0, 20, 59, topic="u")
+    r.fetch(1700, E, 0, False, 60, topic="u")
+    r.consumers[E].emit(1710, "consumer.deregistered", group=GROUP, consumer=E)
+    finish(r)
+    # S1 and S5: broker 2 is elected with epoch 2; broker 1 (deposed) still sends; old commands are applied.
+    b2 = Proc(r.journal, "broker-2", 103)
+    b2.emit(1800, "coordinator.elected", broker=2, epoch=2, session="0x20")
+    b2.emit(1850, "rebalance.started", group=GROUP, generation=3, epoch=2, attempt=0, trigger="coordinator change",
+            reason="new coordinator", members=[A, B], partitions=2, assignor="range")  # fmt: skip
+    r.coord.emit(1860, "command.sent", group=GROUP, consumer=A, option="stop-fetcher", epoch=1, generation=2,
+                 partitions=1)  # fmt: skip
+    r.consumers[B].emit(1900, "command.applied", group=GROUP, consumer=B, name="cmd-1-4", option="stop-fetcher",
+                        epoch=1, generation=4, partitions=0)  # fmt: skip
+    r.consumers[A].emit(1900, "command.applied", group=GROUP, consumer=A, name="cmd-2-2", option="start-fetcher",
+                        epoch=2, generation=2, partitions=1)  # fmt: skip
+    r.consumers[A].emit(1910, "command.rejected", group=GROUP, consumer=A, name="cmd-1-2",
+                        reason="stale: coordinator epoch 1 < 2", option="stop-fetcher", epoch=1,
+                        generation=2)  # fmt: skip
+    return r

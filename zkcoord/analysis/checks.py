@@ -1,0 +1,207 @@
+"""The safety properties S1-S5 as DataFrame transforms: each returns the offending rows (docs/analysis.md).
+
+* S1 :func:`deposed_writes` (and the ``epoch_regression`` column of :func:`zkcoord.analysis.tables.terms`)
+* S2 :func:`overlaps`, :func:`outside_ownership`
+* S3 :func:`subscribed_topics`, then :func:`zkcoord.analysis.ranges.sweep` of produced minus consumed islands
+* S4 :func:`crash_tails`, then the duplicated islands intersected with them
+* S5 :func:`stale_applied`, :func:`rejections`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from zkcoord.analysis.tables import PARTITION_KEYS, of
+
+#: A time after every event: the loss point of a consumer that never deregistered.
+END_OF_TIME = (1 << 62) - 1
+
+
+def asof_max(rows: DataFrame, markers: DataFrame, keys: Sequence[str], value: str, out: str) -> DataFrame:
+    """Add ``out``: the largest ``value`` among ``markers`` with the same ``keys`` and a ``ts`` *before* the row's.
+
+    One sort of rows and markers together (a window), no join: at equal ``ts`` rows sort before markers, so a marker
+    of the same millisecond does not count as before.
+    """
+    tagged_rows = rows.withColumn("_marker", F.lit(None).cast("long")).withColumn("_kind", F.lit(0))
+    tagged_markers = markers.select(*keys, "ts", F.col(value).cast("long").alias("_marker")).withColumn(
+        "_kind", F.lit(1)
+    )
+    both = tagged_rows.unionByName(tagged_markers, allowMissingColumns=True)
+    upto = Window.partitionBy(*keys).orderBy("ts", "_kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return both.withColumn(out, F.max("_marker").over(upto)).where(F.col("_kind") == 0).drop("_marker", "_kind")
+
+
+# --- S1 ------------------------------------------------------------------------------------------------------------
+
+
+def deposed_writes(events: DataFrame) -> DataFrame:
+    """``command.sent`` with an epoch below the highest epoch elected before it: a deposed coordinator wrote."""
+    sent = of(events, "command.sent").select("run", "ts", "group", "consumer", "option", "epoch", "generation")
+    elected = of(events, "coordinator.elected").select("run", "ts", "epoch")
+    return asof_max(sent, elected, ["run"], "epoch", "elected_epoch").where(F.col("epoch") < F.col("elected_epoch"))
+
+
+# --- S2 ------------------------------------------------------------------------------------------------------------
+
+
+def overlaps(intervals: DataFrame) -> DataFrame:
+    """Pairs of ownership intervals of one partition, held by different consumers, that overlap in time.
+
+    Intervals are half-open ``[start_ts, end_ts)``: one ending in the millisecond the next begins is a hand-over,
+    not an overlap.  Each pair is reported once (``a.consumer < b.consumer``).
+    """
+    a = intervals.alias("a")
+    b = intervals.alias("b")
+    same = [F.col(f"a.{k}").eqNullSafe(F.col(f"b.{k}")) for k in PARTITION_KEYS]
+    cond = same[0]
+    for c in same[1:]:
+        cond = cond & c
+    cond = (
+        cond
+        & (F.col("a.consumer") < F.col("b.consumer"))
+        & (F.col("a.start_ts") < F.col("b.end_ts"))
+        & (F.col("b.start_ts") < F.col("a.end_ts"))
+    )
+    return a.join(b, cond).select(
+        *[F.col(f"a.{k}").alias(k) for k in PARTITION_KEYS],
+        F.col("a.consumer").alias("consumer_a"),
+        F.col("a.thread").alias("thread_a"),
+        F.col("a.start_ts").alias("start_a"),
+        F.col("a.end_ts").alias("end_a"),
+        F.col("b.consumer").alias("consumer_b"),
+        F.col("b.thread").alias("thread_b"),
+        F.col("b.start_ts").alias("start_b"),
+        F.col("b.end_ts").alias("end_b"),
+        (F.least("a.end_ts", "b.end_ts") - F.greatest("a.start_ts", "b.start_ts")).alias("overlap_ms"),
+    )
+
+
+def outside_ownership(consumed: DataFrame, intervals: DataFrame) -> DataFrame:
+    """``records.consumed`` whose ``ts`` lies outside every ownership interval of its consumer and partition.
+
+    The intervals are few (a handful per rebalance and partition) and broadcast; the deliveries are streamed.
+    """
+    spans = intervals.select(
+        *PARTITION_KEYS, F.col("consumer").alias("o_consumer"), F.col("start_ts"), F.col("end_ts")
+    ).withColumnsRenamed({k: f"o_{k}" for k in PARTITION_KEYS})
+    cond = (
+        (F.col("run") == F.col("o_run"))
+        & (F.col("group") == F.col("o_group"))
+        & (F.col("topic") == F.col("o_topic"))
+        & (F.col("partition") == F.col("o_partition"))
+        & (F.col("consumer") == F.col("o_consumer"))
+        & (F.col("ts") >= F.col("start_ts"))
+        & (F.col("ts") <= F.col("end_ts"))
+    )
+    return consumed.join(F.broadcast(spans), cond, "left_anti")
+
+
+# --- S3 ------------------------------------------------------------------------------------------------------------
+
+
+def subscribed_topics(registrations: DataFrame, topics: DataFrame, invalid: Sequence[str] = ()) -> DataFrame:
+    """``run, group, topic`` for every topic (``topics``: ``run, topic``) a group subscribes to.
+
+    ``registrations`` are ``consumer.registered`` events: ``static`` subscriptions name topics; ``white_list`` and
+    ``black_list`` hold one Java regex that must match the whole topic name (``rlike '^(?:regex)$'``), a black list
+    subscribing to every topic it does not match.  A group subscribes to what any of its registrations subscribed.
+    Regexes listed in ``invalid`` (not valid Java regexes: matching them would fail the job) are left out.
+    """
+    subs = registrations.select(
+        "run", "group", "pattern", F.explode(F.map_keys("subscription")).alias("key")
+    ).distinct()
+    if invalid:
+        subs = subs.where(~(F.col("pattern").isin("white_list", "black_list") & F.col("key").isin(*invalid)))
+    anchored: Column = F.regexp_like(F.col("topic"), F.concat(F.lit("^(?:"), F.col("key"), F.lit(")$")))
+    matches = (
+        F.when(F.col("pattern") == "static", F.col("topic") == F.col("key"))
+        .when(F.col("pattern") == "white_list", anchored)
+        .when(F.col("pattern") == "black_list", ~anchored)
+        .otherwise(F.lit(False))
+    )
+    return subs.join(topics.distinct(), "run").where(matches).select("run", "group", "topic").distinct()
+
+
+def regex_keys(registrations: DataFrame) -> DataFrame:
+    """``pattern, key`` of every regex subscription, to validate before matching."""
+    return (
+        registrations.where(F.col("pattern").isin("white_list", "black_list"))
+        .select("pattern", F.explode(F.map_keys("subscription")).alias("key"))
+        .distinct()
+    )
+
+
+# --- S4 ------------------------------------------------------------------------------------------------------------
+
+
+def crash_tails(events: DataFrame, consumed: DataFrame) -> DataFrame:
+    """The offsets a consumer delivered but never committed before it was lost: ``run, group, topic, partition,
+    first, last`` (ranges, may overlap).
+
+    A consumer is lost at a ``consumer.fenced`` (its session expired: it dropped its partitions without committing)
+    and, if it never wrote ``consumer.deregistered``, at the end of the run (a crash).  Its tail for a partition at a
+    loss point is what it delivered before that point at or above its last ``offsets.committed`` for the partition
+    before that point (a committed offset is the next one to consume); without a commit, everything it delivered.
+    """
+    members = (
+        of(events, "consumer.registered")
+        .select("run", "group", "consumer")
+        .unionByName(consumed.select("run", "group", "consumer"))
+        .distinct()
+    )
+    closed = of(events, "consumer.deregistered").select("run", "group", "consumer").distinct()
+    crashed = members.join(closed, ["run", "group", "consumer"], "left_anti").withColumn("loss_ts", F.lit(END_OF_TIME))
+    fenced = of(events, "consumer.fenced").select("run", "group", "consumer", F.col("ts").alias("loss_ts"))
+    losses = crashed.unionByName(fenced).distinct()
+    member = ["run", "group", "consumer"]
+    commits = (
+        of(events, "offsets.committed")
+        .select(*member, "topic", "partition", "offset", F.col("ts").alias("commit_ts"))
+        .join(losses, member)
+        .where(F.col("commit_ts") <= F.col("loss_ts"))
+        .groupBy(*member, "topic", "partition", "loss_ts")
+        .agg(F.max_by("offset", "commit_ts").alias("committed"))
+    )
+    delivered = consumed.join(F.broadcast(losses), member).where(F.col("ts") <= F.col("loss_ts"))
+    return (
+        delivered.join(commits, [*member, "topic", "partition", "loss_ts"], "left")
+        .select(
+            *PARTITION_KEYS,
+            F.greatest(F.col("first"), F.coalesce(F.col("committed"), F.col("first"))).alias("first"),
+            F.col("last"),
+        )
+        .where(F.col("last") >= F.col("first"))
+    )
+
+
+# --- S5 ------------------------------------------------------------------------------------------------------------
+
+
+def stale_applied(events: DataFrame) -> DataFrame:
+    """``command.applied`` whose epoch is below the highest epoch elected before it, or whose generation is below the
+    highest generation of its group started (``rebalance.started``) before it.  Column ``why`` says which."""
+    applied = of(events, "command.applied").select(
+        "run", "ts", "group", "consumer", "name", "option", "epoch", "generation"
+    )
+    elected = of(events, "coordinator.elected").select("run", "ts", "epoch")
+    started = of(events, "rebalance.started").select("run", "group", "ts", "generation")
+    marked = asof_max(applied, elected, ["run"], "epoch", "elected_epoch")
+    marked = asof_max(marked, started, ["run", "group"], "generation", "started_generation")
+    old_epoch = F.coalesce(F.col("epoch") < F.col("elected_epoch"), F.lit(False))
+    old_generation = F.coalesce(F.col("generation") < F.col("started_generation"), F.lit(False))
+    why = F.concat_ws(
+        "; ",
+        F.when(old_epoch, F.format_string("epoch %d < elected %d", "epoch", "elected_epoch")),
+        F.when(old_generation, F.format_string("generation %d < started %d", "generation", "started_generation")),
+    )
+    return marked.where(old_epoch | old_generation).withColumn("why", why).withColumnRenamed("ts", "applied_ts")
+
+
+def rejections(events: DataFrame) -> DataFrame:
+    """``run, reason, count`` of ``command.rejected``, the reason cut at its first colon (``stale``, ``malformed``)."""
+    reason = F.coalesce(F.trim(F.regexp_extract(F.col("reason"), r"^([^:]*)", 1)), F.lit("unknown"))
+    return of(events, "command.rejected").groupBy("run", reason.alias("reason")).count()

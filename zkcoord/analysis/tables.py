@@ -1,0 +1,271 @@
+"""The run's tables, each a pure ``DataFrame -> DataFrame`` transform of the parsed events.
+
+Input ``events`` has a ``run`` column and one column per schema field (:mod:`zkcoord.analysis.schema`).  Every
+table is keyed by ``run`` first, so several runs are analysed side by side in one pass.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+PARTITION_KEYS = ("run", "group", "topic", "partition")
+RANGE_COLUMNS = ("run", "ts", "topic", "partition", "first", "last")
+CONSUMED_COLUMNS = ("run", "ts", "group", "consumer", "thread", "topic", "partition", "first", "last")
+
+
+def of(events: DataFrame, *types: str) -> DataFrame:
+    """The events of the given types."""
+    return events.where(F.col("ev").isin(*types))
+
+
+def produced_ranges(events: DataFrame) -> DataFrame:
+    """``produce.batch`` as ranges: ``run, ts, topic, partition, first, last``."""
+    return of(events, "produce.batch").select(*RANGE_COLUMNS)
+
+
+def consumed_ranges(events: DataFrame) -> DataFrame:
+    """``records.consumed`` as ranges: ``run, ts, group, consumer, thread, topic, partition, first, last``."""
+    return of(events, "records.consumed").where(F.col("group").isNotNull()).select(*CONSUMED_COLUMNS)
+
+
+def terms(events: DataFrame, bounds: DataFrame) -> DataFrame:
+    """Coordinator terms: ``run, epoch, broker, elected_ts, resigned_ts, resign_reason, end_ts, epoch_regression``.
+
+    A term ends at its resignation, else at the next election, else at the run's last event (``bounds``: ``run,
+    last_ts``).  ``epoch_regression`` marks an election whose epoch is not above every epoch elected before it.
+    """
+    elected = of(events, "coordinator.elected").select("run", "epoch", "broker", F.col("ts").alias("elected_ts"))
+    resigned = (
+        of(events, "coordinator.resigned")
+        .groupBy("run", "broker", "epoch")
+        .agg(F.min("ts").alias("resigned_ts"), F.min_by("reason", "ts").alias("resign_reason"))
+    )
+    order = Window.partitionBy("run").orderBy("elected_ts", "epoch")
+    prior_max = F.max("epoch").over(order.rowsBetween(Window.unboundedPreceding, -1))
+    return (
+        elected.join(resigned, ["run", "broker", "epoch"], "left")
+        .join(bounds.select("run", "last_ts"), "run", "left")
+        .select(
+            "run",
+            "epoch",
+            "broker",
+            "elected_ts",
+            "resigned_ts",
+            "resign_reason",
+            F.coalesce(F.col("resigned_ts"), F.lead("elected_ts").over(order), F.col("last_ts")).alias("end_ts"),
+            F.coalesce(F.col("epoch") <= prior_max, F.lit(False)).alias("epoch_regression"),
+        )
+    )
+
+
+def _member_count(members: Column) -> Column:
+    """``members`` is a list of ids in ``rebalance.started`` and a number in ``rebalance.completed``."""
+    as_list = F.from_json(members, T.ArrayType(T.StringType()))
+    return F.when(as_list.isNotNull(), F.size(as_list)).otherwise(members.cast("long"))
+
+
+def rebalances(events: DataFrame) -> DataFrame:
+    """One row per rebalance attempt (``run, group, generation``): trigger, phases, size, movement and outcome.
+
+    Columns: ``epoch, attempt, trigger, reason, started_ts, barrier_ts, ended_ts, duration_ms, latency_ms (from the
+    request, completed only), stop_ms, start_ms, stw_ms (stop + start: the time the group's fetching is held),
+    members, partitions, moved, attempts, outcome (completed | aborted | retrying | failed | unfinished),
+    outcome_reason``.
+    """
+    key = ["run", "group", "generation"]
+    base = events.where(F.col("group").isNotNull() & F.col("generation").isNotNull())
+    started = (
+        of(base, "rebalance.started")
+        .groupBy(*key)
+        .agg(
+            F.min("ts").alias("started_ts"),
+            F.min_by("epoch", "ts").alias("epoch"),
+            F.min_by("attempt", "ts").alias("attempt"),
+            F.min_by("trigger", "ts").alias("trigger"),
+            F.min_by("reason", "ts").alias("reason"),
+            F.min_by(_member_count(F.col("members")), "ts").alias("started_members"),
+            F.min_by("partitions", "ts").alias("started_partitions"),
+        )
+    )
+    barrier = (
+        of(base, "rebalance.barrier")
+        .groupBy(*key)
+        .agg(F.min("ts").alias("barrier_ts"), F.max("stop_ms").alias("barrier_stop_ms"))
+    )
+    completed = (
+        of(base, "rebalance.completed")
+        .groupBy(*key)
+        .agg(
+            F.min("ts").alias("completed_ts"),
+            F.max("latency_ms").alias("latency_ms"),
+            F.max("stop_ms").alias("stop_ms"),
+            F.max("start_ms").alias("start_ms"),
+            F.max(_member_count(F.col("members"))).alias("members"),
+            F.max("partitions").alias("partitions"),
+            F.max("moved").alias("moved"),
+            F.max("attempts").alias("attempts"),
+        )
+    )
+    endings = []
+    for ending in ("aborted", "retrying", "failed"):
+        endings.append(
+            of(base, f"rebalance.{ending}")
+            .groupBy(*key)
+            .agg(F.min("ts").alias(f"{ending}_ts"), F.min_by("reason", "ts").alias(f"{ending}_reason"))
+        )
+    keys = of(base, "rebalance.started", "rebalance.barrier", "rebalance.completed").select(*key)
+    for part in endings:
+        keys = keys.unionByName(part.select(*key))
+    table = keys.distinct()
+    for part in (started, barrier, completed, *endings):
+        table = table.join(part, key, "left")
+    outcome = (
+        F.when(F.col("completed_ts").isNotNull(), "completed")
+        .when(F.col("failed_ts").isNotNull(), "failed")
+        .when(F.col("aborted_ts").isNotNull(), "aborted")
+        .when(F.col("retrying_ts").isNotNull(), "retrying")
+        .otherwise("unfinished")
+    )
+    ended = F.coalesce("completed_ts", "failed_ts", "aborted_ts", "retrying_ts")
+    stop_ms = F.coalesce("stop_ms", "barrier_stop_ms")
+    return table.select(
+        *key,
+        "epoch",
+        "attempt",
+        "trigger",
+        "reason",
+        "started_ts",
+        "barrier_ts",
+        ended.alias("ended_ts"),
+        (ended - F.col("started_ts")).alias("duration_ms"),
+        "latency_ms",
+        stop_ms.alias("stop_ms"),
+        "start_ms",
+        (stop_ms + F.col("start_ms")).alias("stw_ms"),
+        F.coalesce("members", "started_members").alias("members"),
+        F.coalesce("partitions", "started_partitions").alias("partitions"),
+        "moved",
+        F.coalesce(F.col("attempts"), F.col("attempt") + 1).alias("attempts"),
+        outcome.alias("outcome"),
+        F.coalesce("failed_reason", "aborted_reason", "retrying_reason").alias("outcome_reason"),
+    )
+
+
+def last_seen(events: DataFrame, consumed: DataFrame) -> DataFrame:
+    """``run, group, consumer, seen_ts``: the last event that names each consumer of a group (deliveries included)."""
+    named = events.where(F.col("group").isNotNull() & F.col("consumer").isNotNull()).select(
+        "run", "group", "consumer", "ts"
+    )
+    return (
+        named.unionByName(consumed.select("run", "group", "consumer", "ts"))
+        .groupBy("run", "group", "consumer")
+        .agg(F.max("ts").alias("seen_ts"))
+    )
+
+
+def ownership(events: DataFrame, seen: DataFrame) -> DataFrame:
+    """Ownership intervals: from each ``fetch.started`` to the consumer's next ``fetch.stopped`` of that partition.
+
+    Columns: ``run, group, topic, partition, consumer, thread, generation, start_ts, end_ts, start_offset,
+    end_offset, end_reason, closed``.  The end is the stop's ``at_ms`` (the lease deadline) if present, else its
+    ``ts``; a partition started again without a stop ends at the new start.  An interval never closed (the process
+    was killed) ends at the last event naming its consumer (``seen``, from :func:`last_seen`): a dead process hands
+    out nothing after its last journalled event.  Such intervals have ``closed = false``.
+    """
+    fetch = of(events, "fetch.started", "fetch.stopped").where(
+        F.col("group").isNotNull() & F.col("consumer").isNotNull() & F.col("topic").isNotNull()
+    )
+    order = Window.partitionBy("run", "group", "consumer", "topic", "partition").orderBy("ts", "pid", "seq")
+    nxt = F.lead(F.struct("ev", "ts", "at_ms", "reason", "offset")).over(order)
+    starts = (
+        fetch.withColumn("nxt", nxt)
+        .where(F.col("ev") == "fetch.started")
+        .join(seen, ["run", "group", "consumer"], "left")
+    )
+    stopped = F.col("nxt.ev") == "fetch.stopped"
+    restarted = F.col("nxt.ev") == "fetch.started"
+    end_ts = (
+        F.when(stopped, F.coalesce(F.col("nxt.at_ms").cast("long"), F.col("nxt.ts")))
+        .when(restarted, F.col("nxt.ts"))
+        .otherwise(F.greatest(F.col("seen_ts"), F.col("ts")))
+    )
+    end_reason = F.when(stopped, F.col("nxt.reason")).when(restarted, F.lit("started again"))
+    return starts.select(
+        *PARTITION_KEYS,
+        "consumer",
+        "thread",
+        "generation",
+        F.col("ts").alias("start_ts"),
+        end_ts.alias("end_ts"),
+        F.col("offset").alias("start_offset"),
+        F.when(stopped, F.col("nxt.offset")).alias("end_offset"),
+        end_reason.alias("end_reason"),
+        stopped.alias("closed"),
+    )
+
+
+def commands(events: DataFrame, stale: DataFrame) -> DataFrame:
+    """One row per command (``run, group, consumer, option, epoch, generation``): when it was sent, acknowledged,
+    applied or rejected, and whether an applied one was stale (``stale``: ``run, group, consumer, option, epoch,
+    generation, applied_ts``).  Rejections whose command could not be read have null option, epoch and generation.
+    """
+    key = ["run", "group", "consumer", "option", "epoch", "generation"]
+    parts = [
+        of(events, "command.sent").groupBy(*key).agg(F.min("ts").alias("sent_ts"), F.count(F.lit(1)).alias("sent")),
+        of(events, "command.acked")
+        .groupBy(*key)
+        .agg(F.min("ts").alias("acked_ts"), F.max("latency_ms").alias("ack_latency_ms")),
+        of(events, "command.applied").groupBy(*key).agg(F.min("ts").alias("applied_ts"), F.min("name").alias("name")),
+        of(events, "command.rejected")
+        .groupBy(*key)
+        .agg(F.min("ts").alias("rejected_ts"), F.min_by("reason", "ts").alias("reject_reason")),
+    ]
+    table = parts[0]
+    for part in parts[1:]:
+        table = table.join(part, key, "full")
+    flags = stale.groupBy(*key).agg(F.lit(True).alias("stale"))
+    return (
+        table.join(flags, key, "left")
+        .withColumn("stale", F.coalesce(F.col("stale"), F.lit(False)))
+        .withColumn("sent", F.coalesce(F.col("sent"), F.lit(0)))
+    )
+
+
+def faults(events: DataFrame) -> DataFrame:
+    """``fault.injected``: ``run, ts, fault, target, detail, role, pid``."""
+    return of(events, "fault.injected").select("run", "ts", "fault", "target", "detail", "role", "pid")
+
+
+def progress(produced: DataFrame, consumed: DataFrame, bounds: DataFrame, buckets: int = 120) -> DataFrame:
+    """Records produced and delivered per time bucket: ``run, bucket, bucket_ts, produced, delivered``.
+
+    Delivered counts every record handed to an application (all groups, repeats included).
+    """
+    width = F.greatest(F.lit(1), F.ceil((F.col("last_ts") - F.col("first_ts") + 1) / F.lit(buckets))).cast("long")
+    scale = bounds.select("run", "first_ts", width.alias("width"))
+
+    def bucketed(df: DataFrame, name: str) -> DataFrame:
+        return (
+            df.join(F.broadcast(scale), "run")
+            .groupBy("run", F.floor((F.col("ts") - F.col("first_ts")) / F.col("width")).alias("bucket"))
+            .agg(
+                F.sum(F.col("last") - F.col("first") + 1).alias(name),
+                F.min(
+                    F.col("first_ts") + F.floor((F.col("ts") - F.col("first_ts")) / F.col("width")) * F.col("width")
+                ).alias(f"{name}_ts"),
+            )
+        )
+
+    return (
+        bucketed(produced, "produced")
+        .join(bucketed(consumed, "delivered"), ["run", "bucket"], "full")
+        .select(
+            "run",
+            "bucket",
+            F.coalesce(F.col("produced_ts"), F.col("delivered_ts")).alias("bucket_ts"),
+            F.coalesce(F.col("produced"), F.lit(0)).alias("produced"),
+            F.coalesce(F.col("delivered"), F.lit(0)).alias("delivered"),
+        )
+    )

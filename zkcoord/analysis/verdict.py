@@ -1,0 +1,168 @@
+"""The verdict of an analysis: per run, each safety property with its count and PASS/FAIL, plus what was skipped.
+
+Plain dataclasses (no Spark types), so :mod:`zkcoord.cli.demo_cmd` and tests can use a verdict without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PROPERTIES: dict[str, str] = {
+    "S1": "one coordinator acts",
+    "S2": "no double ownership",
+    "S3": "no loss",
+    "S4": "no clean-rebalance duplicates",
+    "S5": "no stale command applied",
+}
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    """One safety property of one run: ``count`` violations (0 passes) and the numbers behind it."""
+
+    key: str
+    title: str
+    count: int
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.count == 0
+
+
+@dataclass(frozen=True)
+class ReadCounts:
+    """What the reader used and skipped (docs/journal.md "Durability and damage")."""
+
+    files: int
+    lines: int
+    events: int
+    truncated: int = 0
+    malformed: int = 0
+    newer_schema: int = 0
+    unknown_event: int = 0
+    incomplete: int = 0
+    seq_gaps: int = 0
+    unknown_types: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> int:
+        return self.truncated + self.malformed + self.newer_schema + self.unknown_event + self.incomplete
+
+    def summary(self) -> str:
+        """``"3 skipped: 1 truncated, 2 unknown_event"``, or ``"none skipped"``."""
+        parts = [
+            f"{n} {name}"
+            for name, n in (
+                ("truncated", self.truncated),
+                ("malformed", self.malformed),
+                ("newer_schema", self.newer_schema),
+                ("unknown_event", self.unknown_event),
+                ("incomplete", self.incomplete),
+            )
+            if n
+        ]
+        return f"{self.skipped} skipped: {', '.join(parts)}" if parts else "none skipped"
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """The verdict of one run directory."""
+
+    run: str
+    journal: str
+    read: ReadCounts
+    properties: tuple[PropertyResult, ...]
+    #: rebalance statistics: count, completed, failed, latency_ms/stw_ms p50, p95, max
+    rebalances: dict[str, Any] = field(default_factory=dict)
+    faults: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return all(p.ok for p in self.properties)
+
+    def property(self, key: str) -> PropertyResult:
+        for p in self.properties:
+            if p.key == key:
+                return p
+        raise KeyError(key)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict of one analysis (one or more runs).  ``ok`` when every property of every run holds."""
+
+    runs: tuple[RunVerdict, ...]
+    out_dir: str
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.runs)
+
+    def run_ok(self, name: str) -> bool:
+        """Whether every property of run ``name`` holds (:meth:`run` raises KeyError for an unknown name)."""
+        return self.run(name).ok
+
+    def run(self, name: str) -> RunVerdict:
+        for r in self.runs:
+            if r.run == name:
+                return r
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "out_dir": self.out_dir, "seconds": round(self.seconds, 3), "runs": []}
+        for r in self.runs:
+            out["runs"].append(
+                {
+                    "run": r.run,
+                    "ok": r.ok,
+                    "journal": r.journal,
+                    "properties": {
+                        p.key: {"title": p.title, "count": p.count, "ok": p.ok, **p.details} for p in r.properties
+                    },
+                    "read": {**asdict(r.read), "skipped": r.read.skipped},
+                    "rebalances": r.rebalances,
+                    "faults": r.faults,
+                }
+            )
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
+
+    def table(self) -> str:
+        """The verdict as a text table: one row per property, one column per run."""
+        header = ["property", *[r.run for r in self.runs]]
+        rows = []
+        for key, title in PROPERTIES.items():
+            cells = []
+            for r in self.runs:
+                p = r.property(key)
+                cells.append(f"{p.count} {'PASS' if p.ok else 'FAIL'}")
+            rows.append([f"{key} {title}", *cells])
+        rows.append(["rebalances (completed/all)", *[_rebalance_cell(r) for r in self.runs]])
+        rows.append(["latency p50/p95/max ms", *[_percentiles(r.rebalances, "latency_ms") for r in self.runs]])
+        rows.append(["stop-the-world p50/p95/max ms", *[_percentiles(r.rebalances, "stw_ms") for r in self.runs]])
+        rows.append(["faults injected", *[str(r.faults) for r in self.runs]])
+        rows.append(["journal lines (skipped)", *[f"{r.read.lines} ({r.read.skipped})" for r in self.runs]])
+        rows.append(["verdict", *["PASS" if r.ok else "FAIL" for r in self.runs]])
+        widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+        lines = [
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]
+        ]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def _rebalance_cell(r: RunVerdict) -> str:
+    return f"{r.rebalances.get('completed', 0)}/{r.rebalances.get('attempts', 0)}"
+
+
+def _percentiles(stats: dict[str, Any], name: str) -> str:
+    values = [stats.get(f"{name}_{q}") for q in ("p50", "p95", "max")]
+    if all(v is None for v in values):
+        return "-"
+    return "/".join("-" if v is None else f"{v:.0f}" for v in values)

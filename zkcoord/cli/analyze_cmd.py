@@ -1,0 +1,74 @@
+"""``zkcoord analyze``: the Spark pipeline over one or more runs' journals (see :mod:`zkcoord.analysis`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from zkcoord.analysis import AnalysisError, run_analysis
+
+
+@click.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="Spark master: local[*], local[N], spark://HOST:PORT, yarn.  [default: local[*], or spark-submit's]",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where tables, verdict.json and report.html go.  [default: RUN_DIR/analysis for one run, ./analysis]",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON instead of a table.")
+@click.option("--no-report", is_flag=True, help="Skip the HTML report and its plots.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+def analyze(
+    run_dirs: tuple[Path, ...], master: str | None, out_dir: Path | None, as_json: bool, no_report: bool, quiet: bool
+) -> None:
+    """Read the journals of RUN_DIR... and judge S1-S5; exit 1 if any property is violated.
+
+    \b
+    A RUN_DIR holds journal/*.jsonl (or is a journal directory itself).  Several runs (say a safe run and its
+    --unsafe contrast) are analysed separately and shown side by side.
+    Writes OUT/tables/<table>/ (Parquet), OUT/verdict.json, OUT/report.html with PNG plots beside it.
+    """
+    if out_dir is None:
+        first = run_dirs[0]
+        base = first.parent if first.name == "journal" else first
+        out_dir = base / "analysis" if len(run_dirs) == 1 else Path("analysis")
+
+    def say(line: str) -> None:
+        if not quiet:
+            click.echo(f"analyze: {line}", err=True)
+
+    try:
+        verdict = run_analysis(
+            [str(d) for d in run_dirs],
+            out_dir,
+            master if master is not None else _default_master(),
+            report=not no_report,
+            progress=say,
+        )
+    except AnalysisError as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        click.echo(verdict.to_json())
+    else:
+        click.echo(verdict.table())
+        click.echo(
+            f"\nverdict: {'PASS' if verdict.ok else 'FAIL'}; tables, verdict.json and report in {verdict.out_dir}"
+        )
+    if not verdict.ok:
+        raise SystemExit(1)
+
+
+def _default_master() -> str | None:
+    """``local[*]``, except under spark-submit, whose ``--master`` then applies."""
+    import os  # noqa: PLC0415
+
+    return None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]"
