@@ -1,4 +1,4 @@
-"""``zkcoord demo``: show, under real faults, that the rebalance is split-brain free (and what breaks without fences)."""
+"""``zkcoord demo``: show, under real faults, that rebalances are split-brain free, and what breaks unfenced."""
 
 from __future__ import annotations
 
@@ -25,16 +25,29 @@ def _list() -> None:
 
 @click.command()
 @click.option("--scenario", type=click.Choice(sorted(SCENARIOS)), default="default", show_default=True)
-@click.option("--duration", type=click.FloatRange(5, 24 * 3600), default=40.0, show_default=True,
-              help="Seconds of producing while faults are injected (per run).")
+@click.option(
+    "--duration",
+    type=click.FloatRange(5, 24 * 3600),
+    default=40.0,
+    show_default=True,
+    help="Seconds of producing while faults are injected (per run).",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the fault order.")
 @click.option("--ensemble", is_flag=True, help="Run a 3-server ZooKeeper ensemble (its leader is killed).")
 @click.option("--zk", default=None, metavar="HOST:PORT[/chroot]", help="Use an existing ZooKeeper.")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where journals, logs, data and the analysis go [runs/<timestamp>].")
-@click.option("--unsafe", is_flag=True, help="Only the contrast: fences off (no epoch check, no stale check, no lease).")
-@click.option("--contrast/--no-contrast", default=True, show_default=True,
-              help="After the safe run, run the same scenario with the fences off.")
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where journals, logs, data and the analysis go [runs/<timestamp>].",
+)
+@click.option("--unsafe", is_flag=True, help="Only the contrast: fences off (no epoch or stale check, no lease).")
+@click.option(
+    "--contrast/--no-contrast",
+    default=True,
+    show_default=True,
+    help="After the safe run, run the same scenario with the fences off.",
+)
 @click.option("--session-timeout", type=click.FloatRange(1, 60), default=3.0, show_default=True)
 @click.option("--rate", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Records/s per topic.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master for the verdict.")
