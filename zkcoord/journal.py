@@ -57,7 +57,9 @@ EVENTS: dict[str, str] = {
     "rebalance.failed": "a rebalance failed for good after its retries: group, generation, epoch, retries, reason",
     "command.sent": "a command was written to a consumer's channel: group, consumer, option, epoch, generation",
     "command.acked": "a consumer deleted (acknowledged) a command: group, consumer, option, epoch, generation",
-    "consumer.registered": "a consumer created its member znode: group, consumer, pattern, subscription, session",
+    "consumer.registered": (
+        "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client)"
+    ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
     "command.applied": "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions",
@@ -68,6 +70,16 @@ EVENTS: dict[str, str] = {
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
+    "legacy.rebalance.started": "a legacy rebalance attempt began: group, consumer, attempt, trigger",
+    "legacy.rebalance.conflict": (
+        "a legacy claim met an owner: group, consumer, attempt, topic, partition, thread, owner"
+    ),
+    "legacy.rebalance.retrying": "a legacy attempt failed: group, consumer, attempt, reason, backoff_s",
+    "legacy.rebalance.completed": (
+        "a legacy rebalance ended: group, consumer, attempt, partitions, members, latency_ms, outcome"
+    ),
+    "legacy.rebalance.failed": "a legacy rebalance used up its retries: group, consumer, retries, reason",
+    "legacy.session.expired": "a legacy session expired; partitions forgotten: group, consumer, partitions",
     "fault.injected": "the scenario runner injected a fault: fault, target, detail",
     "input.rejected": "bad input was refused without stopping the process (S7): what, path, reason",
 }

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from consumer import Consumer, ConsumerConfig, Subscription
+from consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.cli.common import (
     data_dir_option,
     journal_option,
@@ -40,7 +41,7 @@ def _subscription(topics: tuple[str, ...], whitelist: str | None, blacklist: str
 class _Status:
     """The live status line: records/s, partitions owned, lag."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer | LegacyConsumer) -> None:
         self.consumer = consumer
         self.tty = sys.stderr.isatty()
         self.last = time.monotonic()
@@ -82,6 +83,20 @@ class _Status:
 @click.option("--auto-commit-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True)
 @click.option("--consumer-id", default="", help="Fixed consumer id (default: Kafka's <group>_<host>-<ms>-<hex>).")
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: no stale-command check, no lease.")
+@click.option(
+    "--protocol",
+    type=click.Choice(["coordinator", "zk-client"]),
+    default="coordinator",
+    show_default=True,
+    help="coordinator: the coordinator assigns partitions; zk-client: Kafka 0.8.2's client-side rebalance.",
+)
+@click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
+@click.option(
+    "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
+)
+@click.option(
+    "--assignor", type=click.Choice(["range", "roundrobin"]), default="range", show_default=True, help="(zk-client)"
+)
 @click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
 @data_dir_option
@@ -99,12 +114,17 @@ def consume(
     auto_commit_interval: float,
     consumer_id: str,
     unsafe: bool,
+    protocol: str,
+    rebalance_max_retries: int,
+    rebalance_backoff: float,
+    assignor: str,
     zk: str,
     session_timeout: float,
     data_dir: Path | None,
     journal_dir: Path | None,
 ) -> None:
-    """Consume as a member of GROUP; the coordinator decides which partitions this consumer gets.
+    """Consume as a member of GROUP; the coordinator (or, with --protocol zk-client, the members themselves, as
+    Kafka 0.8.2 did) decides which partitions this consumer gets.
 
     Journals what it consumed as offset ranges and shows a live status line; on SIGTERM or SIGINT it commits,
     deregisters and exits 0.
@@ -121,9 +141,16 @@ def consume(
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
     )
+    if unsafe and protocol == "zk-client":
+        raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
     stop = stop_on_signals()
     journal = open_journal(journal_dir, f"consumer-{group}")
-    consumer = Consumer(config, journal=journal)
+    consumer: Consumer | LegacyConsumer
+    if protocol == "zk-client":
+        legacy = LegacyConfig(rebalance_max_retries, rebalance_backoff, assignor)
+        consumer = LegacyConsumer(config, legacy=legacy, journal=journal)
+    else:
+        consumer = Consumer(config, journal=journal)
     consumer.start()
     click.echo(f"consumer {consumer.consumer_id} joined group {group}", err=True)
     status = _Status(consumer)
