@@ -125,4 +125,7 @@ def fault_point(point: str, journal: Journal) -> None:
     if spec is None:
         return
     journal.emit("fault.injected", fault=f"point:{spec.action}", target=journal.role, detail=point)
-    os.kill(os.getpid(), signal.SIGSTOP if spec.action == "pause" else signal.SIGKILL)
+    # Signal this thread, not the process: a process-directed signal is delivered to the main thread first, and
+    # the calling thread could run on for a moment (long enough to send the very write the fault must precede).
+    # A thread-directed SIGSTOP/SIGKILL takes effect as this thread returns from the system call.
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP if spec.action == "pause" else signal.SIGKILL)

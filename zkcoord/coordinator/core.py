@@ -328,9 +328,23 @@ class Coordinator:
     # --- watchers (seed section C) ------------------------------------------------------------------------------
 
     def _on_topics(self, children: list[str]) -> None:
-        for topic in sorted(set(children) - set(self._topics)):
-            self._topics.setdefault(topic, 0)
+        # Read the partition counts of new topics now, before any group is planned against them: a count of 0
+        # would make the necessity check strip every partition of the topic from its groups (and put them back
+        # once the data watch reported the real count).
+        new = sorted(set(children) - set(self._topics))
+        topic_paths = [paths.topic(t) for t in new]
+        for topic, got in zip(new, self.zk.get_many(topic_paths), strict=True):
+            count = 0
+            if got is not None:
+                try:
+                    count = TopicAssignment.decode(got[0], paths.topic(topic)).partition_count
+                except CodecError as e:
+                    self._journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=e.reason)
+            self._topics[topic] = count
             self._watch_topic(topic)
+            if count and self._groups_listed:
+                for group in self._interested(topic):
+                    self.request(group, f"new topic: {topic}")
         for topic in set(self._topics) - set(children):
             del self._topics[topic]
 
@@ -344,7 +358,7 @@ class Coordinator:
             return
         if count == self._topics.get(topic):
             return
-        trigger = "new topic" if not self._topics.get(topic) else "partitions added"
+        trigger = "partitions added" if self._topics.get(topic) else "new topic"
         self._topics[topic] = count
         for group in self._interested(topic):
             self.request(group, f"{trigger}: {topic}")
@@ -370,7 +384,10 @@ class Coordinator:
         self._groups_listed = True
 
     def _on_members(self, group: str, children: list[str]) -> None:
-        self._subs[group] = self._read_registrations(group, children)
+        busy = group in self._pending or (self.rebalancer is not None and not self.rebalancer.idle(group))
+        if not busy:
+            # Only for routing topic changes; a group about to be planned refreshes them from its snapshot.
+            self._subs[group] = self._read_registrations(group, children)
         if self.rebalancer is not None and self.rebalancer.on_members(group, children):
             self.request(group, "member left mid-rebalance")
             return
@@ -424,7 +441,10 @@ class Coordinator:
                 self._order.append(group)  # runs again after the current attempt: exactly one more
                 continue
             trigger, requested_at = self._pending.pop(group)
-            if rebalancer.begin(group, trigger, requested_at):
+            started = rebalancer.begin(group, trigger, requested_at)
+            if group in rebalancer.registrations:
+                self._subs[group] = rebalancer.registrations[group]
+            if started:
                 self._watch_channels(group)
 
     def _watch_channels(self, group: str) -> None:

@@ -41,7 +41,7 @@ from zkcoord.errors import CodecError, FencedError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ZkClient
-from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, encode_owner
+from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, encode_owner
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,8 @@ class Rebalancer:
         self.active: dict[str, Attempt] = {}
         self.retries: dict[str, int] = {}
         self.group_state: dict[str, str] = {}
+        #: each group's member registrations as last read (the coordinator routes topic changes with them)
+        self.registrations: dict[str, list[MemberRegistration]] = {}
         self.metrics = Metrics()
         self._tokens = 0
 
@@ -153,6 +155,7 @@ class Rebalancer:
         except ZkError as e:
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {e}", generation=None)
             return group in self.active
+        self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
         for path, reason in read.snapshot.rejected:
             self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
             log.warning("group %s: ignoring %s: %s", group, path, reason)
