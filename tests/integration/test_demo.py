@@ -48,8 +48,9 @@ def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5(tmp_pat
     verdict = report["verdict"]
     runs = {r["run"]: r for r in verdict["runs"]}
     assert runs["safe"]["ok"], runs["safe"]
-    counts = runs["unsafe"]["counts"]
-    assert counts["S2"] + counts["S5"] > 0, f"the unsafe contrast broke neither S2 nor S5: {counts}"
+    props = runs["unsafe"]["properties"]
+    broken = props["S2"]["count"] + props["S5"]["count"]
+    assert broken > 0, f"the unsafe contrast broke neither S2 nor S5: {props}"
     assert (tmp_path / "demo" / "analysis" / "report.html").exists()
 
 

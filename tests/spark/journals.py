@@ -151,7 +151,7 @@ EXPECTED = {
     "S2": 2,  # one overlapping pair (A and C on t-0) + one delivery of C outside any interval of its own
     "S3": 10,  # offsets 120..129 of t-0 never consumed
     "S4": 5,  # B consumes t-1 95..99 twice, cleanly; the 30 offsets after D's crash are allowed
-    "S5": 2,  # one applied command of a deposed epoch, one of an old generation
+    "S5": 2,  # two commands applied after a newer one (a deposed epoch's start; an older generation's stop)
 }
 
 
@@ -191,11 +191,42 @@ def violations_run(run_dir: Path) -> Run:
             reason="new coordinator", members=[A, B], partitions=2, assignor="range")  # fmt: skip
     r.coord.emit(1860, "command.sent", group=GROUP, consumer=A, option="stop-fetcher", epoch=1, generation=2,
                  partitions=1)  # fmt: skip
-    r.consumers[B].emit(1900, "command.applied", group=GROUP, consumer=B, name="cmd-1-4", option="stop-fetcher",
+    # S5: each consumer applies a command older than one it had already applied.  A: the deposed epoch 1's start
+    # after epoch 2's stop; B: generation 3's stop after generation 4's.
+    r.consumers[A].emit(1890, "command.applied", group=GROUP, consumer=A, name="cmd-2-3", option="stop-fetcher",
+                        epoch=2, generation=3, partitions=0)  # fmt: skip
+    r.consumers[A].emit(1900, "command.applied", group=GROUP, consumer=A, name="cmd-1-2", option="start-fetcher",
+                        epoch=1, generation=2, partitions=1)  # fmt: skip
+    r.consumers[B].emit(1890, "command.applied", group=GROUP, consumer=B, name="cmd-1-4", option="stop-fetcher",
                         epoch=1, generation=4, partitions=0)  # fmt: skip
-    r.consumers[A].emit(1900, "command.applied", group=GROUP, consumer=A, name="cmd-2-2", option="start-fetcher",
-                        epoch=2, generation=2, partitions=1)  # fmt: skip
+    r.consumers[B].emit(1900, "command.applied", group=GROUP, consumer=B, name="cmd-1-3", option="stop-fetcher",
+                        epoch=1, generation=3, partitions=0)  # fmt: skip
     r.consumers[A].emit(1910, "command.rejected", group=GROUP, consumer=A, name="cmd-1-2",
                         reason="stale: coordinator epoch 1 < 2", option="stop-fetcher", epoch=1,
                         generation=2)  # fmt: skip
+    return r
+
+
+#: What :func:`damaged_run` does to the journal, as the analysis should count it.
+DAMAGE = {"truncated": 2, "malformed": 2, "newer_schema": 1, "unknown_event": 1, "incomplete": 1, "seq_gaps": 1}
+
+
+def damaged_run(run_dir: Path) -> Run:
+    """The clean run with every kind of damage a reader must survive (counts in :data:`DAMAGE`)."""
+    r = clean_run(run_dir)
+    finish(r)
+    a = r.consumers[A]
+    a.raw("{oops\n")  # not JSON
+    a.raw(json.dumps({"v": 1, "ts": 1720, "seq": 99, "ev": "zk.state"}) + "\n")  # core fields missing
+    a.emit(1730, "consumer.teleported", group=GROUP, consumer=A)  # an event type from the future
+    a.seq += 1  # a lost line: a gap in the sequence numbers
+    a.emit(1740, "zk.state", state="connected", session="0x1")
+    newer = {"v": 2, "ts": 1750, "mono": 1, "seq": a.seq + 1, "role": a.role, "pid": a.pid, "ev": "records.consumed"}
+    a.seq += 1
+    a.raw(json.dumps({**newer, "group": GROUP, "records": [[0, 9]]}) + "\n")  # schema version 2: never guessed at
+    r.producer.emit(1760, "produce.batch", topic=TOPIC, partition=0, first=100, count=10)  # no "last": incomplete
+    r.producer.raw('{"v":1,"ts":1770,"mono":1,"seq":')  # killed mid-write: a torn last line
+    b = r.consumers[B]
+    line = {"v": 1, "ts": 1780, "mono": 1, "seq": b.seq + 1, "role": b.role, "pid": b.pid, "ev": "zk.state"}
+    b.raw(json.dumps({**line, "state": "lost", "session": "0x2"}))  # complete JSON, but no newline: still torn
     return r

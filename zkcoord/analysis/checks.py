@@ -138,30 +138,25 @@ def regex_keys(registrations: DataFrame) -> DataFrame:
 # --- S4 ------------------------------------------------------------------------------------------------------------
 
 
-def crash_tails(events: DataFrame, consumed: DataFrame) -> DataFrame:
+def crash_tails(events: DataFrame, consumed: DataFrame, members: DataFrame) -> DataFrame:
     """The offsets a consumer delivered but never committed before it was lost: ``run, group, topic, partition,
     first, last`` (ranges, may overlap).
 
+    ``members`` (``run, group, consumer``) are the consumers of each group (every consumer named by an event).
     A consumer is lost at a ``consumer.fenced`` (its session expired: it dropped its partitions without committing)
     and, if it never wrote ``consumer.deregistered``, at the end of the run (a crash).  Its tail for a partition at a
     loss point is what it delivered before that point at or above its last ``offsets.committed`` for the partition
     before that point (a committed offset is the next one to consume); without a commit, everything it delivered.
     """
-    members = (
-        of(events, "consumer.registered")
-        .select("run", "group", "consumer")
-        .unionByName(consumed.select("run", "group", "consumer"))
-        .distinct()
-    )
-    closed = of(events, "consumer.deregistered").select("run", "group", "consumer").distinct()
-    crashed = members.join(closed, ["run", "group", "consumer"], "left_anti").withColumn("loss_ts", F.lit(END_OF_TIME))
-    fenced = of(events, "consumer.fenced").select("run", "group", "consumer", F.col("ts").alias("loss_ts"))
-    losses = crashed.unionByName(fenced).distinct()
     member = ["run", "group", "consumer"]
+    closed = of(events, "consumer.deregistered").select(*member)
+    crashed = members.select(*member).join(closed, member, "left_anti").withColumn("loss_ts", F.lit(END_OF_TIME))
+    fenced = of(events, "consumer.fenced").select(*member, F.col("ts").alias("loss_ts"))
+    losses = crashed.unionByName(fenced)
     commits = (
         of(events, "offsets.committed")
         .select(*member, "topic", "partition", "offset", F.col("ts").alias("commit_ts"))
-        .join(losses, member)
+        .join(F.broadcast(losses), member)
         .where(F.col("commit_ts") <= F.col("loss_ts"))
         .groupBy(*member, "topic", "partition", "loss_ts")
         .agg(F.max_by("offset", "commit_ts").alias("committed"))
@@ -182,23 +177,38 @@ def crash_tails(events: DataFrame, consumed: DataFrame) -> DataFrame:
 
 
 def stale_applied(events: DataFrame) -> DataFrame:
-    """``command.applied`` whose epoch is below the highest epoch elected before it, or whose generation is below the
-    highest generation of its group started (``rebalance.started``) before it.  Column ``why`` says which."""
+    """``command.applied`` events older than a command the same consumer had already applied.
+
+    A consumer applies its channel in order; S5 says it must never apply a command from an older coordinator epoch,
+    or of an older group generation, than one it has already applied (a deposed coordinator's start arriving after
+    the new coordinator's commands is the case this catches).  A command that was simply still in flight when a newer
+    generation *started* at the coordinator is not stale: the consumer could not have known, and the barrier orders
+    it before the newer commands.  Column ``why`` says which bound was broken.
+    """
     applied = of(events, "command.applied").select(
-        "run", "ts", "group", "consumer", "name", "option", "epoch", "generation"
+        "run", "ts", "seq", "pid", "group", "consumer", "name", "option", "epoch", "generation"
     )
-    elected = of(events, "coordinator.elected").select("run", "ts", "epoch")
-    started = of(events, "rebalance.started").select("run", "group", "ts", "generation")
-    marked = asof_max(applied, elected, ["run"], "epoch", "elected_epoch")
-    marked = asof_max(marked, started, ["run", "group"], "generation", "started_generation")
-    old_epoch = F.coalesce(F.col("epoch") < F.col("elected_epoch"), F.lit(False))
-    old_generation = F.coalesce(F.col("generation") < F.col("started_generation"), F.lit(False))
+    before = (
+        Window.partitionBy("run", "group", "consumer")
+        .orderBy("ts", "pid", "seq")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    marked = applied.withColumn("seen_epoch", F.max("epoch").over(before)).withColumn(
+        "seen_generation", F.max("generation").over(before)
+    )
+    old_epoch = F.coalesce(F.col("epoch") < F.col("seen_epoch"), F.lit(False))
+    old_generation = F.coalesce(F.col("generation") < F.col("seen_generation"), F.lit(False))
     why = F.concat_ws(
         "; ",
-        F.when(old_epoch, F.format_string("epoch %d < elected %d", "epoch", "elected_epoch")),
-        F.when(old_generation, F.format_string("generation %d < started %d", "generation", "started_generation")),
+        F.when(old_epoch, F.format_string("epoch %d < already applied %d", "epoch", "seen_epoch")),
+        F.when(old_generation, F.format_string("generation %d < already applied %d", "generation", "seen_generation")),
     )
-    return marked.where(old_epoch | old_generation).withColumn("why", why).withColumnRenamed("ts", "applied_ts")
+    return (
+        marked.where(old_epoch | old_generation)
+        .withColumn("why", why)
+        .withColumnRenamed("ts", "applied_ts")
+        .drop("seq", "pid")
+    )
 
 
 def rejections(events: DataFrame) -> DataFrame:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from zkcoord.analysis.ranges import islands, length, merge_ranges, overlap_islands, sweep
+from zkcoord.analysis.ranges import islands, length, merge_ranges, overlap_islands, segments, sweep
 from zkcoord.analysis.tables import PARTITION_KEYS
 
 TOPIC_PARTITION = ("run", "topic", "partition")
@@ -39,9 +39,11 @@ def duplicate_ranges(consumed_merged: DataFrame, tails: DataFrame) -> DataFrame:
     """
     dups = overlap_islands(consumed_merged, PARTITION_KEYS)
     lost = islands(merge_ranges(tails, PARTITION_KEYS), PARTITION_KEYS)
-    allowed = sweep(dups, lost, PARTITION_KEYS, "and").withColumn("after_crash", F.lit(True))
-    clean = sweep(dups, lost, PARTITION_KEYS, "minus").withColumn("after_crash", F.lit(False))
-    return allowed.unionByName(clean).withColumn("count", length())
+    return (
+        segments(dups, lost, PARTITION_KEYS)
+        .where(F.col("in_a") > 0)
+        .select(*PARTITION_KEYS, "first", "last", length().alias("count"), (F.col("in_b") > 0).alias("after_crash"))
+    )
 
 
 def consumption(

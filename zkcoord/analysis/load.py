@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from zkcoord.analysis.errors import NoJournalError
@@ -110,8 +111,9 @@ def read_lines(spark: SparkSession, runs: Sequence[RunInput]) -> DataFrame:
 def classify(lines: DataFrame) -> DataFrame:
     """Parse each line and say why it is skipped (``skip``), or null for a usable event.
 
-    Output: ``run``, ``skip`` and one column per schema field (:data:`~zkcoord.analysis.schema.EVENT_COLUMNS`);
-    the raw text is dropped.
+    Output: ``run``, ``skip``, one column per schema field (:data:`~zkcoord.analysis.schema.EVENT_COLUMNS`) and
+    ``kind``: ``produced`` and ``consumed`` (the range events, most of a journal), ``other`` or ``skipped``.  The raw
+    text is dropped.
     """
     e = F.col("e")
     core_present = functools.reduce(lambda a, b: a & b, [e[k].isNotNull() for k in CORE_FIELDS if k != "v"])
@@ -135,36 +137,63 @@ def classify(lines: DataFrame) -> DataFrame:
         .when(~ev.isin(*KNOWN_EVENTS), F.lit("unknown_event"))
         .when(ev.isin(*RANGE_EVENTS) & ~range_ok, F.lit("incomplete"))
     )
-    return lines.select(
-        "run", F.from_json(F.col("value"), EVENT_SCHEMA).alias("e"), F.col("torn"), F.col("value")
-    ).select("run", skip.alias("skip"), *[e[c].alias(c) for c in EVENT_COLUMNS])
-
-
-def usable(classified: DataFrame) -> DataFrame:
-    """The events the analysis uses: lines that were not skipped."""
-    return classified.where(F.col("skip").isNull()).drop("skip")
-
-
-def skip_counts(classified: DataFrame) -> DataFrame:
-    """``run``, ``lines``, ``events``, one count column per skip reason, and the run's ``first_ts`` and ``last_ts``
-    (over its usable events)."""
-    ok = F.col("skip").isNull()
-    aggs = [F.count(F.lit(1)).alias("lines"), F.count_if(ok).alias("events")]
-    aggs += [F.count_if(F.col("skip") == r).alias(r) for r in SKIP_REASONS]
-    aggs += [F.min(F.when(ok, F.col("ts"))).alias("first_ts"), F.max(F.when(ok, F.col("ts"))).alias("last_ts")]
-    return classified.groupBy("run").agg(*aggs)
-
-
-def unknown_event_types(classified: DataFrame) -> DataFrame:
-    """``run``, ``ev``, ``count`` of the event types this reader does not know."""
-    return classified.where(F.col("skip") == "unknown_event").groupBy("run", "ev").count()
-
-
-def sequence_gaps(classified: DataFrame) -> DataFrame:
-    """``run``, ``seq_gaps``: sequence numbers missing per process (lost or unreadable lines), summed per run."""
-    per_process = (
-        classified.where(F.col("seq").isNotNull() & F.col("pid").isNotNull() & F.col("role").isNotNull())
-        .groupBy("run", "role", "pid")
-        .agg((F.max("seq") - F.count(F.lit(1))).alias("gaps"))
+    kind = (
+        F.when(F.col("skip").isNotNull(), F.lit("skipped"))
+        .when(F.col("ev") == "produce.batch", F.lit("produced"))
+        .when(F.col("ev") == "records.consumed", F.lit("consumed"))
+        .otherwise(F.lit("other"))
     )
-    return per_process.groupBy("run").agg(F.sum(F.greatest(F.col("gaps"), F.lit(0))).alias("seq_gaps"))
+    parsed = lines.select("run", F.from_json(F.col("value"), EVENT_SCHEMA).alias("e"), F.col("torn"), F.col("value"))
+    return parsed.select("run", skip.alias("skip"), *[e[c].alias(c) for c in EVENT_COLUMNS]).withColumn("kind", kind)
+
+
+def of_kind(classified: DataFrame, kind: str) -> DataFrame:
+    """The usable events of one kind (``produced``, ``consumed``, ``other``), without the bookkeeping columns."""
+    return classified.where(F.col("kind") == kind).drop("skip", "kind")
+
+
+def read_summary(classified: DataFrame) -> DataFrame:
+    """Everything the reader has to say about a run, in one small aggregation.
+
+    One row per ``run, role, pid, skip, unknown_ev`` (``unknown_ev`` is the ``ev`` of an ``unknown_event`` line):
+    ``lines``, ``seq_lines`` (lines with a sequence number), ``max_seq``, and over usable events ``first_ts`` and
+    ``last_ts``.  :func:`fold_summary` turns it into counts per run.
+    """
+    ok = F.col("skip").isNull()
+    unknown_ev = F.when(F.col("skip") == "unknown_event", F.col("ev"))
+    return classified.groupBy("run", "role", "pid", "skip", unknown_ev.alias("unknown_ev")).agg(
+        F.count(F.lit(1)).alias("lines"),
+        F.count("seq").alias("seq_lines"),
+        F.max("seq").alias("max_seq"),
+        F.min(F.when(ok, F.col("ts"))).alias("first_ts"),
+        F.max(F.when(ok, F.col("ts"))).alias("last_ts"),
+    )
+
+
+def fold_summary(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
+    """Per run: ``lines``, ``events``, a count per skip reason, ``unknown_types`` (ev -> count), ``seq_gaps``
+    (sequence numbers missing per process: lost or unreadable lines), ``first_ts`` and ``last_ts``."""
+    runs: dict[str, dict[str, Any]] = {}
+    processes: dict[tuple[str, str, int], list[int]] = {}
+    for row in rows:
+        r = runs.setdefault(
+            row["run"], {"lines": 0, "events": 0, "unknown_types": {}, "first_ts": None, "last_ts": None}
+        )
+        r["lines"] += row["lines"]
+        skip = row["skip"]
+        if skip is None:
+            r["events"] += row["lines"]
+            for key, pick in (("first_ts", min), ("last_ts", max)):
+                if row[key] is not None:
+                    r[key] = row[key] if r[key] is None else pick(r[key], row[key])
+        else:
+            r[skip] = r.get(skip, 0) + row["lines"]
+        if row["unknown_ev"] is not None:
+            r["unknown_types"][row["unknown_ev"]] = r["unknown_types"].get(row["unknown_ev"], 0) + row["lines"]
+        if row["role"] is not None and row["pid"] is not None and row["max_seq"] is not None:
+            seen = processes.setdefault((row["run"], row["role"], row["pid"]), [0, 0])
+            seen[0] = max(seen[0], row["max_seq"])
+            seen[1] += row["seq_lines"]
+    for (run, _role, _pid), (max_seq, seq_lines) in processes.items():
+        runs[run]["seq_gaps"] = runs[run].get("seq_gaps", 0) + max(max_seq - seq_lines, 0)
+    return runs

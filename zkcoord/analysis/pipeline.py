@@ -6,29 +6,30 @@ All runs are read in one pass (every table carries a ``run`` column); each run g
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from zkcoord.analysis import checks, consumption, load, ranges, tables
+from zkcoord.analysis.assemble import Tables, run_verdicts
 from zkcoord.analysis.errors import AnalysisError, JournalRefusedError
 from zkcoord.analysis.report import ReportData, render_report
 from zkcoord.analysis.schema import MAX_VERSION
 from zkcoord.analysis.session import DEFAULT_LOCAL_MASTER, get_spark, spark_errors
-from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, Verdict
+from zkcoord.analysis.verdict import ReadCounts, RunVerdict, Verdict
 
 Say = Callable[[str], None]
-Rows = dict[str, dict[str, Any]]
+_Result = tuple[list[RunVerdict], ReportData]
 
-#: How many offending rows of each kind verdict.json lists (the tables hold them all).
-EXAMPLES = 10
+#: Journal bytes per partition of the parsed events (input splits are merged up to this, never split further).
+BYTES_PER_PARTITION = 64 << 20
 
 
 def run_analysis(
@@ -63,7 +64,7 @@ def run_analysis(
         say(f"starting Spark ({master or 'spark-submit master'})")
         spark, created = get_spark(master, conf)
     try:
-        with spark_errors("analysing the journals"):
+        with spark_errors("analysing the journals"), _tuned(spark, _partitions(runs)):
             verdicts, data = _analyse(spark, runs, out, say)
     finally:
         if created:
@@ -76,21 +77,42 @@ def run_analysis(
     return verdict
 
 
-def _persist(df: DataFrame) -> DataFrame:
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
+@contextlib.contextmanager
+def _tuned(spark: SparkSession, partitions: int) -> Iterator[None]:
+    """Size the shuffles to the input for the analysis, and restore the session's settings after.
+
+    ``partitions`` is the journal's size in :data:`BYTES_PER_PARTITION` units.
+    A small journal (one partition's worth) is analysed with one shuffle partition and without adaptive execution:
+    there is nothing to share out or re-plan, and each extra job and task only adds latency.
+    """
+    shuffle, adaptive, writers = (
+        "spark.sql.shuffle.partitions",
+        "spark.sql.adaptive.enabled",
+        "spark.sql.maxConcurrentOutputFileWriters",
+    )
+    previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in (shuffle, adaptive, writers)}
+    settings: dict[str, str] = {
+        shuffle: str(min(int(previous[shuffle] or 200), partitions)),
+        # the events table is written by kind (4 of them): one open writer each instead of a sort by kind
+        writers: "4",
+    }
+    if partitions == 1:
+        settings[adaptive] = "false"
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
-def _by_run(df: DataFrame, *aggs: Any) -> Rows:
-    return {row["run"]: row.asDict() for row in df.groupBy("run").agg(*aggs).collect()}
-
-
-def _examples(df: DataFrame, order: Sequence[str], columns: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Up to :data:`EXAMPLES` rows per run, for verdict.json."""
-    ranked = df.withColumn("_n", F.row_number().over(Window.partitionBy("run").orderBy(*order)))
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in ranked.where(F.col("_n") <= EXAMPLES).orderBy("run", "_n").collect():
-        out.setdefault(row["run"], []).append({c: row[c] for c in columns})
-    return out
+def _checkpoint(df: DataFrame) -> DataFrame:
+    """Materialize a small intermediate result once and cut its lineage, so later plans stay short."""
+    return df.localCheckpoint(eager=True)
 
 
 def _java_regex_ok(spark: SparkSession, regex: str) -> bool:
@@ -103,18 +125,29 @@ def _java_regex_ok(spark: SparkSession, regex: str) -> bool:
     return True
 
 
-def _read(
-    spark: SparkSession, runs: Sequence[load.RunInput], say: Say
-) -> tuple[DataFrame, dict[str, ReadCounts], DataFrame]:
-    """Parse every line once; return the usable events (cached), the read counts per run and the runs' time bounds."""
+def _partitions(runs: Sequence[load.RunInput]) -> int:
+    """Partitions for journals of this size: at least one per :data:`BYTES_PER_PARTITION`."""
+    return max(1, sum(f.stat().st_size for r in runs for f in r.files) // BYTES_PER_PARTITION + 1)
+
+
+def _read(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say) -> tuple[DataFrame, dict[str, Any]]:
+    """Parse every line once into the ``events`` table (Parquet, partitioned by kind); return it read back, and the
+    read summary per run (:func:`zkcoord.analysis.load.fold_summary`).
+
+    The parsed journal goes to disk, not to memory: Parquet stores the many fields an event type leaves empty for
+    almost nothing, and every later step reads only the kind and the columns it needs.
+    """
     files = sum(len(r.files) for r in runs)
     say(f"reading {files} journal file(s) of {len(runs)} run(s)")
-    classified = _persist(load.classify(load.read_lines(spark, runs)))
-    stats = {row["run"]: row.asDict() for row in load.skip_counts(classified).collect()}
-    unknown: dict[str, dict[str, int]] = {}
-    for row in load.unknown_event_types(classified).collect():
-        unknown.setdefault(row["run"], {})[str(row["ev"])] = int(row["count"])
-    gaps = {row["run"]: int(row["seq_gaps"] or 0) for row in load.sequence_gaps(classified).collect()}
+    path = str(out / "tables" / "events")
+    classified = load.classify(load.read_lines(spark, runs).coalesce(_partitions(runs)))
+    classified.write.mode("overwrite").partitionBy("kind").parquet(path)
+    events = spark.read.schema(classified.schema).parquet(path)
+    return events, load.fold_summary(load.read_summary(events).collect())
+
+
+def _read_counts(runs: Sequence[load.RunInput], stats: dict[str, Any]) -> dict[str, ReadCounts]:
+    """:class:`ReadCounts` per run; a run without a single usable event is refused."""
     reads: dict[str, ReadCounts] = {}
     for run in runs:
         s = stats.get(run.name, {})
@@ -122,285 +155,112 @@ def _read(
             files=len(run.files),
             lines=int(s.get("lines", 0)),
             events=int(s.get("events", 0)),
-            seq_gaps=gaps.get(run.name, 0),
-            unknown_types=unknown.get(run.name, {}),
+            seq_gaps=int(s.get("seq_gaps", 0)),
+            unknown_types=dict(s.get("unknown_types", {})),
             **{reason: int(s.get(reason, 0)) for reason in load.SKIP_REASONS},
         )
         if counts.events == 0:
-            classified.unpersist()
             raise JournalRefusedError(
                 f"{run.journal_dir}: no usable event in {counts.lines} line(s) ({counts.summary()}); "
                 f"this zkcoord reads journal schema version <= {MAX_VERSION}"
             )
         reads[run.name] = counts
+    return reads
+
+
+def _analyse(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say) -> _Result:
+    events, stats = _read(spark, runs, out, say)
+    reads = _read_counts(runs, stats)
     bounds = spark.createDataFrame(
         [(name, int(stats[name]["first_ts"]), int(stats[name]["last_ts"])) for name in reads],
         "run string, first_ts long, last_ts long",
     )
-    return classified, reads, bounds
-
-
-def _analyse(
-    spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say
-) -> tuple[list[RunVerdict], ReportData]:
-    classified, reads, bounds = _read(spark, runs, say)
-    events = load.usable(classified)
-    produced = _persist(tables.produced_ranges(events))
-    consumed = _persist(tables.consumed_ranges(events))
-    other = _persist(events.where(~F.col("ev").isin(*load.RANGE_EVENTS)))
-    for df in (produced, consumed, other):
-        df.count()
-    classified.unpersist()
-
-    say("computing ownership, rebalances and commands")
-    intervals = _persist(tables.ownership(other, tables.last_seen(other, consumed)))
-    rebalances = _persist(tables.rebalances(other))
-    terms = _persist(tables.terms(other, bounds))
-    stale = _persist(checks.stale_applied(other))
-    deposed = checks.deposed_writes(other)
-    overlaps = _persist(checks.overlaps(intervals))
-    outside = _persist(checks.outside_ownership(consumed, intervals))
-
-    say("merging offset ranges")
-    tp = ("run", "topic", "partition")
-    produced_merged = _persist(ranges.merge_ranges(produced, tp))
-    consumed_merged = _persist(ranges.merge_ranges(consumed, tables.PARTITION_KEYS))
-    registrations = tables.of(other, "consumer.registered")
-    invalid = sorted({str(r["key"]) for r in checks.regex_keys(registrations).collect()} - {""})
-    invalid = [regex for regex in invalid if not _java_regex_ok(spark, regex)]
-    subscribed = _persist(checks.subscribed_topics(registrations, produced.select("run", "topic").distinct(), invalid))
-    missing = _persist(
-        consumption.missing_ranges(consumption.expected_ranges(produced_merged, subscribed), consumed_merged)
+    inputs = _Inputs(
+        reads=reads,
+        first_ts={name: int(stats[name]["first_ts"]) for name in reads},
+        bounds=bounds,
+        produced=tables.produced_ranges(load.of_kind(events, "produced")),
+        consumed=tables.consumed_ranges(load.of_kind(events, "consumed")),
+        other=_checkpoint(load.of_kind(events, "other")),
     )
-    duplicates = _persist(consumption.duplicate_ranges(consumed_merged, checks.crash_tails(other, consumed)))
-    per_partition = consumption.consumption(produced_merged, consumed_merged, subscribed, missing, duplicates)
+    return _judge(spark, runs, out, say, inputs)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """The parsed journal, split by kind: the range events read from the events table, the rest checkpointed."""
+
+    reads: dict[str, ReadCounts]
+    first_ts: dict[str, int]
+    bounds: DataFrame  # run, first_ts, last_ts
+    produced: DataFrame
+    consumed: DataFrame
+    other: DataFrame
+
+
+def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say, i: _Inputs) -> _Result:
+    produced, consumed, other, bounds = i.produced, i.consumed, i.other, i.bounds
+    say("computing ownership intervals and merging offset ranges")
+    seen = _checkpoint(tables.last_seen(other, consumed))
+    intervals = _checkpoint(tables.ownership(other, seen))
+    stale = _checkpoint(checks.stale_applied(other))
+    produced_merged = _checkpoint(ranges.merge_ranges(produced, ("run", "topic", "partition")))
+    consumed_merged = _checkpoint(ranges.merge_ranges(consumed, tables.PARTITION_KEYS))
+    registrations = tables.of(other, "consumer.registered")
+    regexes = sorted({str(r["key"]) for r in checks.regex_keys(registrations).collect()})
+    invalid = [regex for regex in regexes if not _java_regex_ok(spark, regex)]
+    topics = produced.select("run", "topic").distinct()
+    subscribed = _checkpoint(checks.subscribed_topics(registrations, topics, invalid))
+    expected = consumption.expected_ranges(produced_merged, subscribed)
+    missing = _checkpoint(consumption.missing_ranges(expected, consumed_merged))
+    tails = checks.crash_tails(other, consumed, seen)
+    duplicates = _checkpoint(consumption.duplicate_ranges(consumed_merged, tails))
 
     say(f"writing tables to {out / 'tables'}")
-    small = {
-        "terms": terms,
-        "rebalances": rebalances,
+    computed = {
+        "terms": tables.terms(other, bounds),
+        "rebalances": tables.rebalances(other),
         "ownership": intervals,
-        "consumption": per_partition,
+        "consumption": consumption.consumption(produced_merged, consumed_merged, subscribed, missing, duplicates),
         "missing_ranges": missing,
         "duplicate_ranges": duplicates,
         "commands": tables.commands(other, stale),
         "faults": tables.faults(other),
-        "overlaps": overlaps,
+        "overlaps": checks.overlaps(intervals),
         "stale_applied": stale,
-        "deposed_writes": deposed,
+        "deposed_writes": checks.deposed_writes(other),
         "progress": tables.progress(produced, consumed, bounds),
+        # Deliveries outside ownership can be many (an unsafe run): written in parallel.
+        "outside_ownership": checks.outside_ownership(consumed, intervals),
     }
-    for name, df in small.items():
-        df.coalesce(1).write.mode("overwrite").parquet(str(out / "tables" / name))
-    outside.write.mode("overwrite").parquet(str(out / "tables" / "outside_ownership"))
+    disk: dict[str, DataFrame] = {}
+    for name, df in computed.items():
+        path = str(out / "tables" / name)
+        (df if name == "outside_ownership" else df.coalesce(1)).write.mode("overwrite").parquet(path)
+        disk[name] = spark.read.schema(df.schema).parquet(path)  # the schema is known: no footer to read
 
     say("computing the verdict")
-    verdicts = _verdicts(
-        reads,
-        runs,
-        terms=_by_run(
-            terms,
-            F.count(F.lit(1)).alias("elections"),
-            F.count_if("epoch_regression").alias("regressions"),
-            F.max("epoch").alias("max_epoch"),
-        ),
-        deposed=_by_run(deposed, F.count(F.lit(1)).alias("n")),
-        overlaps=_by_run(overlaps, F.count(F.lit(1)).alias("n")),
-        overlap_examples=_examples(
-            overlaps,
-            ["group", "topic", "partition", "start_a"],
-            [
-                "group",
-                "topic",
-                "partition",
-                "consumer_a",
-                "start_a",
-                "end_a",
-                "consumer_b",
-                "start_b",
-                "end_b",
-                "overlap_ms",
-            ],
-        ),
-        outside=_by_run(outside, F.count(F.lit(1)).alias("n")),
-        intervals=_by_run(intervals, F.count(F.lit(1)).alias("n")),
-        missing=_by_run(missing, F.sum("count").alias("offsets"), F.count(F.lit(1)).alias("ranges")),
-        missing_examples=_examples(
-            missing, ["group", "topic", "partition", "first"], ["group", "topic", "partition", "first", "last", "count"]
-        ),
-        duplicates=_by_run(
-            duplicates,
-            F.sum("count").alias("offsets"),
-            F.sum(F.when(F.col("after_crash"), F.col("count"))).alias("after_crash"),
-        ),
-        totals=_by_run(
-            per_partition,
-            F.sum(F.when(F.col("subscribed"), F.col("produced"))).alias("expected"),
-            F.sum("delivered").alias("delivered"),
-            F.sum("consumed_distinct").alias("consumed_distinct"),
-            F.sum("duplicate_deliveries").alias("duplicate_deliveries"),
-            F.countDistinct("group").alias("groups"),
-        ),
-        stale=_by_run(
-            stale,
-            F.count(F.lit(1)).alias("n"),
-            F.count_if(F.col("option") == "start-fetcher").alias("start"),
-            F.count_if(F.col("option") == "stop-fetcher").alias("stop"),
-        ),
-        stale_examples=_examples(
-            stale, ["applied_ts"], ["group", "consumer", "option", "epoch", "generation", "applied_ts", "why"]
-        ),
-        rebalance_stats=_by_run(
-            rebalances,
-            F.count(F.lit(1)).alias("attempts"),
-            *[
-                F.count_if(F.col("outcome") == o).alias(o)
-                for o in ("completed", "aborted", "retrying", "failed", "unfinished")
-            ],
-            F.percentile(F.col("latency_ms"), [0.5, 0.95]).alias("latency_ms_p"),
-            F.max("latency_ms").alias("latency_ms_max"),
-            F.percentile(F.col("stw_ms"), [0.5, 0.95]).alias("stw_ms_p"),
-            F.max("stw_ms").alias("stw_ms_max"),
-            F.sum("moved").alias("moved"),
-        ),
-        faults=_by_run(tables.faults(other), F.count(F.lit(1)).alias("n")),
-        invalid_regexes=invalid,
-    )
-    rejected: dict[str, dict[str, int]] = {}
-    for row in checks.rejections(other).collect():
-        rejected.setdefault(row["run"], {})[str(row["reason"])] = int(row["count"])
-    for v in verdicts:
-        s5 = v.property("S5")
-        s5.details["rejected"] = sum(rejected.get(v.run, {}).values())
-        s5.details["rejected_by_reason"] = rejected.get(v.run, {})
-
-    say("collecting report data")
-    data = ReportData.collect(
-        bounds=bounds,
+    t = Tables(
+        terms=disk["terms"],
+        deposed=disk["deposed_writes"],
         intervals=intervals,
-        overlaps=overlaps,
-        rebalances=rebalances,
-        faults=small["faults"],
-        progress=small["progress"],
+        overlaps=disk["overlaps"],
+        outside=disk["outside_ownership"],
+        missing=missing,
+        duplicates=duplicates,
+        consumption=disk["consumption"],
+        stale=stale,
+        rejections=checks.rejections(other),
+        rebalances=disk["rebalances"],
+        faults=disk["faults"],
     )
-    for df in (
-        produced,
-        consumed,
-        other,
-        intervals,
-        rebalances,
-        terms,
-        stale,
-        overlaps,
-        outside,
-        produced_merged,
-        consumed_merged,
-        subscribed,
-        missing,
-        duplicates,
-    ):
-        df.unpersist()
-    return verdicts, data
-
-
-def _n(rows: Rows, run: str, key: str = "n") -> int:
-    value = rows.get(run, {}).get(key)
-    return int(value) if value is not None else 0
-
-
-def _verdicts(reads: dict[str, ReadCounts], runs: Sequence[load.RunInput], **f: Any) -> list[RunVerdict]:
-    out = []
-    for run in runs:
-        name = run.name
-        t = f["terms"].get(name, {})
-        deposed, regressions = _n(f["deposed"], name), _n(f["terms"], name, "regressions")
-        overlap, outside = _n(f["overlaps"], name), _n(f["outside"], name)
-        dup_offsets, after_crash = _n(f["duplicates"], name, "offsets"), _n(f["duplicates"], name, "after_crash")
-        totals = f["totals"].get(name, {})
-        props = (
-            PropertyResult(
-                "S1",
-                PROPERTIES["S1"],
-                deposed + regressions,
-                {
-                    "deposed_writes": deposed,
-                    "epoch_regressions": regressions,
-                    "elections": int(t.get("elections") or 0),
-                    "max_epoch": t.get("max_epoch"),
-                },
-            ),
-            PropertyResult(
-                "S2",
-                PROPERTIES["S2"],
-                overlap + outside,
-                {
-                    "overlapping_pairs": overlap,
-                    "deliveries_outside_ownership": outside,
-                    "intervals": _n(f["intervals"], name),
-                    "examples": f["overlap_examples"].get(name, []),
-                },
-            ),
-            PropertyResult(
-                "S3",
-                PROPERTIES["S3"],
-                _n(f["missing"], name, "offsets"),
-                {
-                    "missing_offsets": _n(f["missing"], name, "offsets"),
-                    "missing_ranges": _n(f["missing"], name, "ranges"),
-                    "expected": int(totals.get("expected") or 0),
-                    "consumed_distinct": int(totals.get("consumed_distinct") or 0),
-                    "groups": int(totals.get("groups") or 0),
-                    "invalid_regexes": f["invalid_regexes"],
-                    "examples": f["missing_examples"].get(name, []),
-                },
-            ),
-            PropertyResult(
-                "S4",
-                PROPERTIES["S4"],
-                dup_offsets - after_crash,
-                {
-                    "duplicate_offsets": dup_offsets,
-                    "after_crash": after_crash,
-                    "clean": dup_offsets - after_crash,
-                    "duplicate_deliveries": int(totals.get("duplicate_deliveries") or 0),
-                    "delivered": int(totals.get("delivered") or 0),
-                },
-            ),
-            PropertyResult(
-                "S5",
-                PROPERTIES["S5"],
-                _n(f["stale"], name),
-                {
-                    "stale_applied": _n(f["stale"], name),
-                    "stale_by_option": {
-                        "start-fetcher": _n(f["stale"], name, "start"),
-                        "stop-fetcher": _n(f["stale"], name, "stop"),
-                    },
-                    "examples": f["stale_examples"].get(name, []),
-                },
-            ),
-        )
-        out.append(
-            RunVerdict(
-                run=name,
-                journal=str(run.journal_dir),
-                read=reads[name],
-                properties=props,
-                rebalances=_rebalance_stats(f["rebalance_stats"].get(name, {})),
-                faults=_n(f["faults"], name),
-            )
-        )
-    return out
-
-
-def _rebalance_stats(row: dict[str, Any]) -> dict[str, Any]:
-    stats: dict[str, Any] = {
-        k: int(row.get(k) or 0)
-        for k in ("attempts", "completed", "aborted", "retrying", "failed", "unfinished", "moved")
+    verdicts = run_verdicts(t, runs, i.reads, invalid)
+    say("collecting report data")
+    frames = {
+        "intervals": intervals,
+        "overlaps": disk["overlaps"],
+        "rebalances": disk["rebalances"],
+        "faults": disk["faults"],
+        "progress": disk["progress"],
     }
-    for name in ("latency_ms", "stw_ms"):
-        p = row.get(f"{name}_p") or [None, None]
-        stats[f"{name}_p50"], stats[f"{name}_p95"] = (None if v is None else round(float(v), 2) for v in p)
-        top = row.get(f"{name}_max")
-        stats[f"{name}_max"] = None if top is None else round(float(top), 2)
-    return stats
+    return verdicts, ReportData.collect(frames, i.first_ts)

@@ -7,8 +7,8 @@ never with the number of offsets in them, so a run of 10^8 records journalled as
 * :func:`merge_ranges` sorts the ranges of each key once (a window: gaps and islands) and returns, per island of
   contiguous or overlapping ranges, its extent, the number of offsets delivered into it (with repeats) and the
   portions of ranges that overlap an earlier one (offsets covered at least twice).
-* :func:`sweep` combines two sets of disjoint, non-adjacent ranges (islands) with a sweep line over their boundaries:
-  ``a - b`` (what ``a`` covers and ``b`` does not) or ``a & b``.
+* :func:`segments` and :func:`sweep` combine two sets of disjoint, non-adjacent ranges (islands) with a sweep line
+  over their boundaries: ``a - b`` (what ``a`` covers and ``b`` does not) or ``a & b``.
 """
 
 from __future__ import annotations
@@ -73,39 +73,45 @@ def overlap_islands(merged: DataFrame, keys: Sequence[str]) -> DataFrame:
     return islands(merge_ranges(portions, keys), keys)
 
 
-def sweep(a: DataFrame, b: DataFrame, keys: Sequence[str], mode: Literal["minus", "and"]) -> DataFrame:
-    """``a - b`` or ``a & b`` of two sets of islands (disjoint, non-adjacent ranges per key): ``*keys, first, last``.
+def segments(a: DataFrame, b: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Cut the union of two sets of islands (disjoint, non-adjacent ranges per key) at every boundary.
 
-    A sweep line over the boundaries: each range adds one at ``first`` and removes one at ``last + 1``; between two
-    consecutive boundaries the running counts say whether ``a`` and ``b`` cover that segment.
+    Output: ``*keys, first, last, in_a, in_b``: the segments covered by ``a`` or ``b``, saying which (a sweep line:
+    each range adds one at ``first`` and removes one at ``last + 1``; a running sum per key, in one sort).
     """
 
-    def edges(df: DataFrame, column: str) -> DataFrame:
-        other = "db" if column == "da" else "da"
-        up = df.select(*keys, F.col("first").alias("pos"), F.lit(1).alias(column), F.lit(0).alias(other))
-        down = df.select(*keys, (F.col("last") + 1).alias("pos"), F.lit(-1).alias(column), F.lit(0).alias(other))
-        return up.unionByName(down)
+    def edges(df: DataFrame, side: Literal["a", "b"]) -> DataFrame:
+        one, zero = F.lit(1), F.lit(0)
+        up, down = (one, zero) if side == "a" else (zero, one)
+        points = F.array(
+            F.struct(F.col("first").alias("pos"), up.alias("da"), down.alias("db")),
+            F.struct((F.col("last") + 1).alias("pos"), (-up).alias("da"), (-down).alias("db")),
+        )
+        return df.select(*keys, F.explode(points).alias("e")).select(*keys, "e.pos", "e.da", "e.db")
 
-    points = (
-        edges(a, "da")
-        .unionByName(edges(b, "db"))
-        .groupBy(*keys, "pos")
-        .agg(F.sum("da").alias("da"), F.sum("db").alias("db"))
-    )
     order = Window.partitionBy(*keys).orderBy("pos")
-    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    segments = points.select(
-        *keys,
-        F.col("pos").alias("first"),
-        (F.lead("pos").over(order) - 1).alias("last"),
-        F.sum("da").over(upto).alias("in_a"),
-        F.sum("db").over(upto).alias("in_b"),
+    # A range frame sums every edge at the same position (its peers) at once; the last peer carries the segment.
+    upto = order.rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    cut = (
+        edges(a, "a")
+        .unionByName(edges(b, "b"))
+        .select(
+            *keys,
+            F.col("pos").alias("first"),
+            (F.lead("pos").over(order) - 1).alias("last"),
+            F.sum("da").over(upto).alias("in_a"),
+            F.sum("db").over(upto).alias("in_b"),
+        )
     )
-    covered_b = F.col("in_b") > 0
-    keep = (F.col("in_a") > 0) & (~covered_b if mode == "minus" else covered_b)
-    return segments.where(keep & F.col("last").isNotNull() & (F.col("last") >= F.col("first"))).select(
-        *keys, "first", "last"
-    )
+    covered = (F.col("in_a") > 0) | (F.col("in_b") > 0)
+    return cut.where(F.col("last").isNotNull() & (F.col("last") >= F.col("first")) & covered)
+
+
+def sweep(a: DataFrame, b: DataFrame, keys: Sequence[str], mode: Literal["minus", "and"]) -> DataFrame:
+    """``a - b`` or ``a & b`` of two sets of islands: ``*keys, first, last`` (see :func:`segments`)."""
+    in_b = F.col("in_b") > 0
+    keep = (F.col("in_a") > 0) & (~in_b if mode == "minus" else in_b)
+    return segments(a, b, keys).where(keep).select(*keys, "first", "last")
 
 
 def total(ranges: DataFrame, keys: Sequence[str], name: str) -> DataFrame:

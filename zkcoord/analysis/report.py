@@ -7,7 +7,9 @@ Spark only hands over small, aggregated data (:meth:`ReportData.collect`); rende
 
 from __future__ import annotations
 
+import functools
 import html
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -15,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
 
 from zkcoord.analysis.verdict import PROPERTIES, Verdict
 
 #: Partitions drawn in an ownership timeline (the Parquet table holds them all).
 MAX_LANES = 32
-#: Intervals collected per run for the timeline.
-MAX_INTERVALS = 20_000
+#: Rows of each kind collected per run for the plots.
+MAX_ROWS = 20_000
 
 PLOTS = (
     ("ownership", "Ownership timeline per partition (faults dashed, overlaps red)"),
@@ -43,28 +46,34 @@ class ReportData:
     progress: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
-    def collect(
-        cls,
-        *,
-        bounds: DataFrame,
-        intervals: DataFrame,
-        overlaps: DataFrame,
-        rebalances: DataFrame,
-        faults: DataFrame,
-        progress: DataFrame,
-    ) -> ReportData:
-        data = cls()
-        data.first_ts = {r["run"]: int(r["first_ts"]) for r in bounds.collect()}
-        targets: list[tuple[dict[str, list[dict[str, Any]]], DataFrame]] = [
-            (data.intervals, intervals.orderBy("run", "group", "topic", "partition", "start_ts").limit(MAX_INTERVALS)),
-            (data.overlaps, overlaps.limit(MAX_INTERVALS)),
-            (data.rebalances, rebalances.select("run", "latency_ms", "stw_ms", "outcome")),
-            (data.faults, faults.orderBy("ts")),
-            (data.progress, progress.orderBy("run", "bucket")),
-        ]
-        for target, df in targets:
-            for row in df.collect():
-                target[row["run"]].append(row.asDict())
+    def collect(cls, frames: dict[str, DataFrame], first_ts: dict[str, int]) -> ReportData:
+        """Collect the plot rows in one Spark job.
+
+        ``frames`` maps ``intervals``, ``overlaps``, ``rebalances``, ``faults``, ``progress`` to their tables.
+        """
+        data = cls(first_ts=dict(first_ts))
+        limited = {
+            "intervals": frames["intervals"].select(
+                "run", "group", "topic", "partition", "consumer", "start_ts", "end_ts"
+            ),
+            "overlaps": frames["overlaps"],
+            "rebalances": frames["rebalances"].select("run", "latency_ms", "stw_ms", "outcome"),
+            "faults": frames["faults"],
+            "progress": frames["progress"],
+        }
+        parts = []
+        for kind, df in limited.items():
+            rank = F.row_number().over(Window.partitionBy("run").orderBy(*df.columns))
+            parts.append(
+                df.withColumn("_n", rank)
+                .where(F.col("_n") <= MAX_ROWS)
+                .select(F.lit(kind).alias("kind"), "run", F.to_json(F.struct(*df.columns)).alias("row"))
+            )
+        for row in functools.reduce(DataFrame.unionByName, parts).collect():
+            target: dict[str, list[dict[str, Any]]] = getattr(data, row["kind"])
+            target[row["run"]].append(json.loads(row["row"]))
+        for rows in data.progress.values():
+            rows.sort(key=lambda r: r["bucket"])
         return data
 
 

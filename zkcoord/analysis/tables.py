@@ -66,72 +66,62 @@ def _member_count(members: Column) -> Column:
     return F.when(as_list.isNotNull(), F.size(as_list)).otherwise(members.cast("long"))
 
 
+def _earliest(ev: str, value: Column | str) -> Column:
+    """The value of ``value`` in the earliest event of type ``ev`` of the group (an aggregate)."""
+    is_ev = F.col("ev") == ev
+    column = F.col(value) if isinstance(value, str) else value
+    return F.min_by(F.when(is_ev, column), F.when(is_ev, F.col("ts")))
+
+
+def _largest(ev: str, value: Column | str) -> Column:
+    column = F.col(value) if isinstance(value, str) else value
+    return F.max(F.when(F.col("ev") == ev, column))
+
+
 def rebalances(events: DataFrame) -> DataFrame:
     """One row per rebalance attempt (``run, group, generation``): trigger, phases, size, movement and outcome.
 
     Columns: ``epoch, attempt, trigger, reason, started_ts, barrier_ts, ended_ts, duration_ms, latency_ms (from the
     request, completed only), stop_ms, start_ms, stw_ms (stop + start: the time the group's fetching is held),
     members, partitions, moved, attempts, outcome (completed | aborted | retrying | failed | unfinished),
-    outcome_reason``.
+    outcome_reason``.  One aggregation over the rebalance events.
     """
-    key = ["run", "group", "generation"]
-    base = events.where(F.col("group").isNotNull() & F.col("generation").isNotNull())
-    started = (
-        of(base, "rebalance.started")
-        .groupBy(*key)
+    started, barrier, completed = "rebalance.started", "rebalance.barrier", "rebalance.completed"
+    endings = ("failed", "aborted", "retrying")
+    members = _member_count(F.col("members"))
+    table = (
+        of(events, started, barrier, completed, *[f"rebalance.{e}" for e in endings])
+        .where(F.col("group").isNotNull() & F.col("generation").isNotNull())
+        .groupBy("run", "group", "generation")
         .agg(
-            F.min("ts").alias("started_ts"),
-            F.min_by("epoch", "ts").alias("epoch"),
-            F.min_by("attempt", "ts").alias("attempt"),
-            F.min_by("trigger", "ts").alias("trigger"),
-            F.min_by("reason", "ts").alias("reason"),
-            F.min_by(_member_count(F.col("members")), "ts").alias("started_members"),
-            F.min_by("partitions", "ts").alias("started_partitions"),
+            _earliest(started, "ts").alias("started_ts"),
+            _earliest(started, "epoch").alias("epoch"),
+            _earliest(started, "attempt").alias("attempt"),
+            _earliest(started, "trigger").alias("trigger"),
+            _earliest(started, "reason").alias("reason"),
+            _earliest(started, members).alias("started_members"),
+            _earliest(started, "partitions").alias("started_partitions"),
+            _earliest(barrier, "ts").alias("barrier_ts"),
+            _largest(barrier, "stop_ms").alias("barrier_stop_ms"),
+            _earliest(completed, "ts").alias("completed_ts"),
+            *[
+                _largest(completed, c).alias(c)
+                for c in ("latency_ms", "stop_ms", "start_ms", "partitions", "moved", "attempts")
+            ],
+            _largest(completed, members).alias("members"),
+            *[_earliest(f"rebalance.{e}", "ts").alias(f"{e}_ts") for e in endings],
+            *[_earliest(f"rebalance.{e}", "reason").alias(f"{e}_reason") for e in endings],
         )
     )
-    barrier = (
-        of(base, "rebalance.barrier")
-        .groupBy(*key)
-        .agg(F.min("ts").alias("barrier_ts"), F.max("stop_ms").alias("barrier_stop_ms"))
-    )
-    completed = (
-        of(base, "rebalance.completed")
-        .groupBy(*key)
-        .agg(
-            F.min("ts").alias("completed_ts"),
-            F.max("latency_ms").alias("latency_ms"),
-            F.max("stop_ms").alias("stop_ms"),
-            F.max("start_ms").alias("start_ms"),
-            F.max(_member_count(F.col("members"))).alias("members"),
-            F.max("partitions").alias("partitions"),
-            F.max("moved").alias("moved"),
-            F.max("attempts").alias("attempts"),
-        )
-    )
-    endings = []
-    for ending in ("aborted", "retrying", "failed"):
-        endings.append(
-            of(base, f"rebalance.{ending}")
-            .groupBy(*key)
-            .agg(F.min("ts").alias(f"{ending}_ts"), F.min_by("reason", "ts").alias(f"{ending}_reason"))
-        )
-    keys = of(base, "rebalance.started", "rebalance.barrier", "rebalance.completed").select(*key)
-    for part in endings:
-        keys = keys.unionByName(part.select(*key))
-    table = keys.distinct()
-    for part in (started, barrier, completed, *endings):
-        table = table.join(part, key, "left")
-    outcome = (
-        F.when(F.col("completed_ts").isNotNull(), "completed")
-        .when(F.col("failed_ts").isNotNull(), "failed")
-        .when(F.col("aborted_ts").isNotNull(), "aborted")
-        .when(F.col("retrying_ts").isNotNull(), "retrying")
-        .otherwise("unfinished")
-    )
-    ended = F.coalesce("completed_ts", "failed_ts", "aborted_ts", "retrying_ts")
+    outcome = F.when(F.col("completed_ts").isNotNull(), "completed")
+    for e in endings:
+        outcome = outcome.when(F.col(f"{e}_ts").isNotNull(), e)
+    ended = F.coalesce("completed_ts", *[f"{e}_ts" for e in endings])
     stop_ms = F.coalesce("stop_ms", "barrier_stop_ms")
     return table.select(
-        *key,
+        "run",
+        "group",
+        "generation",
         "epoch",
         "attempt",
         "trigger",
@@ -148,8 +138,8 @@ def rebalances(events: DataFrame) -> DataFrame:
         F.coalesce("partitions", "started_partitions").alias("partitions"),
         "moved",
         F.coalesce(F.col("attempts"), F.col("attempt") + 1).alias("attempts"),
-        outcome.alias("outcome"),
-        F.coalesce("failed_reason", "aborted_reason", "retrying_reason").alias("outcome_reason"),
+        outcome.otherwise("unfinished").alias("outcome"),
+        F.coalesce(*[f"{e}_reason" for e in endings]).alias("outcome_reason"),
     )
 
 
@@ -212,25 +202,23 @@ def commands(events: DataFrame, stale: DataFrame) -> DataFrame:
     generation, applied_ts``).  Rejections whose command could not be read have null option, epoch and generation.
     """
     key = ["run", "group", "consumer", "option", "epoch", "generation"]
-    parts = [
-        of(events, "command.sent").groupBy(*key).agg(F.min("ts").alias("sent_ts"), F.count(F.lit(1)).alias("sent")),
-        of(events, "command.acked")
+    sent, acked, applied, rejected = "command.sent", "command.acked", "command.applied", "command.rejected"
+    table = (
+        of(events, sent, acked, applied, rejected)
         .groupBy(*key)
-        .agg(F.min("ts").alias("acked_ts"), F.max("latency_ms").alias("ack_latency_ms")),
-        of(events, "command.applied").groupBy(*key).agg(F.min("ts").alias("applied_ts"), F.min("name").alias("name")),
-        of(events, "command.rejected")
-        .groupBy(*key)
-        .agg(F.min("ts").alias("rejected_ts"), F.min_by("reason", "ts").alias("reject_reason")),
-    ]
-    table = parts[0]
-    for part in parts[1:]:
-        table = table.join(part, key, "full")
-    flags = stale.groupBy(*key).agg(F.lit(True).alias("stale"))
-    return (
-        table.join(flags, key, "left")
-        .withColumn("stale", F.coalesce(F.col("stale"), F.lit(False)))
-        .withColumn("sent", F.coalesce(F.col("sent"), F.lit(0)))
+        .agg(
+            _earliest(sent, "ts").alias("sent_ts"),
+            F.count_if(F.col("ev") == sent).alias("sent"),
+            _earliest(acked, "ts").alias("acked_ts"),
+            _largest(acked, "latency_ms").alias("ack_latency_ms"),
+            _earliest(applied, "ts").alias("applied_ts"),
+            _earliest(applied, "name").alias("name"),
+            _earliest(rejected, "ts").alias("rejected_ts"),
+            _earliest(rejected, "reason").alias("reject_reason"),
+        )
     )
+    flags = stale.select(*key).distinct().withColumn("stale", F.lit(True))
+    return table.join(flags, key, "left").withColumn("stale", F.coalesce(F.col("stale"), F.lit(False)))
 
 
 def faults(events: DataFrame) -> DataFrame:

@@ -7,6 +7,8 @@ import logging
 import click
 
 from zkcoord import __version__
+from zkcoord.cli.analyze_cmd import analyze
+from zkcoord.cli.bench_cmd import bench
 from zkcoord.cli.broker_cmd import broker
 from zkcoord.cli.common import ZkCoordGroup
 from zkcoord.cli.consume_cmd import consume
@@ -32,6 +34,7 @@ def cli(verbose: int) -> None:
       zkcoord fetch orders --summary            read them back
       zkcoord group describe GROUP              members, owners, offsets and lag of a group
       zkcoord demo                              real faults, and the verdict: no split brain
+      zkcoord analyze runs/RUN                  the Spark pipeline: tables, verdict, report
 
     Every command that talks to ZooKeeper takes --zk HOST:PORT[/chroot].
     """
@@ -47,6 +50,8 @@ cli.add_command(fetch)
 cli.add_command(consume)
 cli.add_command(group)
 cli.add_command(demo)
+cli.add_command(analyze)
+cli.add_command(bench)
 
 
 def main() -> None:

@@ -99,9 +99,11 @@ def demo(
     # Imported here: PySpark takes a second to import, which no other command should pay for.
     from zkcoord.analysis import run_analysis  # noqa: PLC0415
 
-    verdict = run_analysis([r.run_dir for r in results], base / "analysis", master=master)
+    verdict = run_analysis(
+        [r.run_dir for r in results], base / "analysis", master=master, progress=lambda line: click.echo(line, err=True)
+    )
     if as_json:
-        echo_json({"runs": [r.to_json() for r in results], "verdict": verdict.to_json()})
+        echo_json({"runs": [r.to_json() for r in results], "verdict": verdict.to_dict()})
     else:
         for r in results:
             faults = ", ".join(f"{k}={v}" for k, v in sorted(r.faults.items()) if not k.startswith("point:"))

@@ -1,0 +1,485 @@
+"""The Spark analysis against a single-process pass in plain Python, on synthetic journals of 10^6 and 10^7 events.
+
+    python benchmarks/analyze_bench.py [--events 1000000,10000000] [--dir DIR] [--out FILE] [--master local[2]]
+
+For each size it writes two synthetic runs (journals in the shape the real processes write: ``produce.batch`` and
+``records.consumed`` ranges, commits, fetch intervals, rebalances with their commands, a coordinator failover,
+faults): a clean one, and one with known violations (an ownership overlap, a gap, a clean duplicate, a deposed
+coordinator's write, a stale command applied).  Then it times
+
+* ``spark``: :func:`zkcoord.analysis.run_analysis` of both runs together (tables, verdict; no report), in local
+  mode, with the JVM started and warmed up by one small analysis (both timed apart, not counted);
+* ``python``: the same verdict counts computed by one Python process over the same files with the reference
+  reader :func:`zkcoord.journal.read_journal` (:func:`python_verdict`), run by run.
+
+Both must agree on every count, and on the violations injected; the table goes to stdout, the rows to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from zkcoord.journal import read_journal
+
+DEFAULT_OUT = Path(__file__).parent / "results" / "analyze.json"
+PARTITIONS = 16
+CONSUMERS = 4
+BATCH = 100  # records per produce.batch / records.consumed
+TICK_MS = 10
+REBALANCE_EVERY = 400  # ticks
+GROUP, TOPIC = "g", "bench"
+INJECTED = {"S1": 1, "S2": 1, "S3": BATCH, "S4": BATCH, "S5": 1}
+CORE = '{"v":1,"ts":%d,"mono":%d,"seq":%d,"role":"%s","pid":%d,"ev":"%s",'
+
+
+class Writer:
+    """One process's journal file, written in big chunks."""
+
+    def __init__(self, journal: Path, role: str, pid: int) -> None:
+        self.f = (journal / f"{role}.{pid}.jsonl").open("w", buffering=1 << 20)
+        self.role, self.pid, self.seq, self.count = role, pid, 0, 0
+
+    def emit(self, ts: int, ev: str, rest: str) -> None:
+        self.seq += 1
+        self.count += 1
+        self.f.write(CORE % (ts, ts * 1000, self.seq, self.role, self.pid, ev) + rest + "}\n")
+
+
+def _cid(i: int) -> str:
+    return f"{GROUP}_bench-1000-{i:08x}"
+
+
+G = f'"group":"{GROUP}"'
+
+
+class Synth:
+    """A synthetic run: a producer, two brokers (a failover half-way), consumers, a rebalance every few seconds."""
+
+    def __init__(self, run_dir: Path, violations: bool) -> None:
+        journal = run_dir / "journal"
+        journal.mkdir(parents=True)
+        self.violations = violations
+        self.producer = Writer(journal, "producer", 10)
+        self.brokers = [Writer(journal, "broker-1", 11), Writer(journal, "broker-2", 12)]
+        self.consumers = [Writer(journal, f"consumer-{i}", 20 + i) for i in range(CONSUMERS)]
+        self.coord, self.epoch, self.generation = self.brokers[0], 1, 0
+        self.owner: dict[int, int] = {}
+        self.late_stop: tuple[int, int, int] | None = None
+        self.coord.emit(1_000_000, "coordinator.elected", '"broker":1,"epoch":1,"session":"0x1"')
+        for i, c in enumerate(self.consumers):
+            c.emit(1_000_001, "consumer.registered", f'{G},"consumer":"{_cid(i)}","pattern":"static",'
+                   f'"subscription":{{"{TOPIC}":1}},"session":"0x2","registrations":1')  # fmt: skip
+
+    def failover(self, ts: int) -> None:
+        self.coord.emit(ts, "coordinator.resigned", f'"broker":1,"epoch":{self.epoch},"reason":"session lost"')
+        self.epoch, self.coord = self.epoch + 1, self.brokers[1]
+        self.coord.emit(ts + 1, "coordinator.elected", f'"broker":2,"epoch":{self.epoch},"session":"0x3"')
+        self.producer.emit(ts + 1, "fault.injected", '"fault":"kill","target":"broker-1","detail":"SIGKILL"')
+        if self.violations:  # the deposed coordinator writes (S1); a consumer applies its old command (S5)
+            old = f'"option":"stop-fetcher","epoch":{self.epoch - 1},"generation":{self.generation}'
+            self.brokers[0].emit(ts + 2, "command.sent", f'{G},"consumer":"{_cid(0)}",{old},"partitions":1')
+            self.consumers[1].emit(
+                ts + 3, "command.applied", f'{G},"consumer":"{_cid(1)}","name":"x",{old},"partitions":0'
+            )
+
+    def rebalance(self, ts: int, tick: int) -> None:
+        self.generation += 1
+        gen, epoch, coord = self.generation, self.epoch, self.coord
+        target = {p: (p + gen) % CONSUMERS for p in range(PARTITIONS)}
+        moved = sum(1 for p in target if self.owner.get(p) != target[p])
+        members = json.dumps([_cid(i) for i in range(CONSUMERS)])
+        coord.emit(ts, "rebalance.requested", f'{G},"trigger":"member change"')
+        coord.emit(ts, "rebalance.started", f'{G},"generation":{gen},"epoch":{epoch},"attempt":0,"trigger":'
+                   f'"member change","reason":"members changed","members":{members},"partitions":{PARTITIONS},'
+                   '"assignor":"range"')  # fmt: skip
+        for phase, option in ((1, "stop-fetcher"), (3, "start-fetcher")):
+            for i, c in enumerate(self.consumers):
+                cmd = f'{G},"consumer":"{_cid(i)}","option":"{option}","epoch":{epoch},"generation":{gen}'
+                coord.emit(ts + phase, "command.sent", cmd + ',"partitions":4')
+                c.emit(ts + phase, "command.applied", cmd + f',"name":"cmd-{gen}","partitions":4')
+                mine = [p for p in range(PARTITIONS) if (self.owner.get(p) if phase == 1 else target[p]) == i]
+                for p in mine:
+                    self.fetch(ts + phase, tick, i, p, started=phase == 3)
+                coord.emit(ts + phase, "command.acked", cmd + ',"latency_ms":1.0')
+            if phase == 1:
+                coord.emit(ts + 2, "rebalance.barrier", f'{G},"generation":{gen},"epoch":{epoch},"stop_ms":2.0')
+        coord.emit(ts + 4, "rebalance.completed", f'{G},"generation":{gen},"epoch":{epoch},"attempts":1,'
+                   f'"latency_ms":4.0,"stop_ms":2.0,"start_ms":2.0,"members":{CONSUMERS},"partitions":{PARTITIONS},'
+                   f'"moved":{moved}')  # fmt: skip
+        self.owner = target
+
+    def fetch(self, ts: int, tick: int, i: int, p: int, *, started: bool) -> None:
+        c = self.consumers[i]
+        where = f'{G},"consumer":"{_cid(i)}","thread":"{_cid(i)}-0","topic":"{TOPIC}","partition":{p}'
+        if started:
+            c.emit(ts, "fetch.started", where + f',"offset":{tick * BATCH},"generation":{self.generation}')
+            return
+        if self.violations and self.generation == 3 and p == 0:
+            self.late_stop = (i, p, tick + 3)  # stops three ticks after the new owner started: an overlap (S2)
+            return
+        c.emit(ts, "offsets.committed", f'{G},"consumer":"{_cid(i)}","topic":"{TOPIC}","partition":{p},'
+               f'"offset":{tick * BATCH}')  # fmt: skip
+        c.emit(
+            ts,
+            "fetch.stopped",
+            where + f',"offset":{tick * BATCH},"reason":"stop-fetcher","generation":{self.generation}',
+        )
+
+    def tick(self, ts: int, tick: int, ticks: int) -> None:
+        if self.late_stop is not None and self.late_stop[2] == tick:
+            i, p, _ = self.late_stop
+            late = f'"topic":"{TOPIC}","partition":{p},"offset":0,"reason":"late","generation":3'
+            self.consumers[i].emit(ts, "fetch.stopped", f'{G},"consumer":"{_cid(i)}","thread":"{_cid(i)}-0",{late}')
+            self.late_stop = None
+        for p in range(PARTITIONS):
+            first, last = tick * BATCH, tick * BATCH + BATCH - 1
+            rng = f'"topic":"{TOPIC}","partition":{p},"first":{first},"last":{last},"count":{BATCH}'
+            self.producer.emit(ts, "produce.batch", rng + f',"bytes":{BATCH * 100}')
+            i = self.owner[p]
+            c = self.consumers[i]
+            if self.violations and tick == ticks // 3 and p == 1:
+                continue  # a gap: this range is never delivered (S3)
+            deliver = f'{G},"consumer":"{_cid(i)}","thread":"{_cid(i)}-0",{rng}'
+            c.emit(ts + 5, "records.consumed", deliver)
+            if self.violations and tick == ticks // 4 and p == 2:
+                c.emit(ts + 6, "records.consumed", deliver)  # delivered twice, cleanly (S4)
+            if tick % 10 == p % 10 and tick % REBALANCE_EVERY:
+                c.emit(ts + 7, "offsets.committed", f'{G},"consumer":"{_cid(i)}","topic":"{TOPIC}","partition":{p},'
+                       f'"offset":{last + 1}')  # fmt: skip
+
+    def close(self, ts: int) -> int:
+        for i, c in enumerate(self.consumers):
+            for p in [p for p, owner in self.owner.items() if owner == i]:
+                c.emit(ts, "fetch.stopped", f'{G},"consumer":"{_cid(i)}","thread":"{_cid(i)}-0","topic":"{TOPIC}",'
+                       f'"partition":{p},"offset":0,"reason":"closing","generation":{self.generation}')  # fmt: skip
+            c.emit(ts + 1, "consumer.deregistered", f'{G},"consumer":"{_cid(i)}"')
+        writers = [self.producer, *self.brokers, *self.consumers]
+        for w in writers:
+            w.f.close()
+        return sum(w.count for w in writers)
+
+
+def generate(run_dir: Path, events: int, violations: bool) -> int:
+    """Write a synthetic run of about ``events`` events; return the exact number written."""
+    synth = Synth(run_dir, violations)
+    ticks = max(events // (2 * PARTITIONS + PARTITIONS // 10 + 1), 2 * REBALANCE_EVERY + 10)
+    for tick in range(ticks):
+        ts = 1_000_100 + tick * TICK_MS
+        if tick == ticks // 2:
+            synth.failover(ts)
+        if tick % REBALANCE_EVERY == 0:
+            synth.rebalance(ts, tick)
+        synth.tick(ts, tick, ticks)
+    return synth.close(1_000_100 + ticks * TICK_MS + 100)
+
+
+# --- the single-process pass ---------------------------------------------------------------------------------------
+
+
+def _merge(spans: list[tuple[int, int]]) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Islands of ranges and the portions that overlap an earlier range (sorted sweep)."""
+    islands: list[list[int]] = []
+    overlaps: list[tuple[int, int]] = []
+    top = None
+    for first, last in sorted(spans):
+        if top is not None and first <= top:
+            overlaps.append((first, min(last, top)))
+        if top is None or first > top + 1:
+            islands.append([first, last])
+        else:
+            islands[-1][1] = max(islands[-1][1], last)
+        top = last if top is None else max(top, last)
+    return islands, overlaps
+
+
+def _minus(a: list[list[int]], b: list[list[int]]) -> int:
+    """Offsets of islands ``a`` that islands ``b`` do not cover."""
+    covered = 0
+    for first, last in a:
+        for bf, bl in b:
+            lo, hi = max(first, bf), min(last, bl)
+            if lo <= hi:
+                covered += hi - lo + 1
+    return sum(last - first + 1 for first, last in a) - covered
+
+
+def _asof(markers: list[tuple[int, int]], ts: int) -> int | None:
+    """The largest marker value with a time strictly before ``ts`` (markers sorted by time, with running maxima)."""
+    i = bisect.bisect_left(markers, (ts, -(1 << 62)))
+    return markers[i - 1][1] if i else None
+
+
+def _running_max(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, top = [], None
+    for ts, value in sorted(pairs):
+        top = value if top is None else max(top, value)
+        out.append((ts, top))
+    return out
+
+
+Key = tuple[Any, ...]
+
+
+@dataclass
+class Journal:
+    """One run's events, sorted into what the verdict needs."""
+
+    by: dict[str, list[tuple[int, dict[str, Any]]]]
+    fetch: dict[Key, list[tuple[int, int, int, str, Any]]]
+    consumed: dict[Key, list[tuple[int, int, int, str]]]  # (group, topic, partition) -> (ts, first, last, consumer)
+    produced: dict[Key, list[tuple[int, int]]]
+    seen: dict[tuple[str, str], int]
+
+
+def _read(journal: Path) -> Journal:
+    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {})
+    for e in read_journal(journal):
+        f, ev, ts = e.fields, e.event, e.ts_ms
+        if "group" in f and "consumer" in f:
+            key = (f["group"], f["consumer"])
+            j.seen[key] = max(j.seen.get(key, ts), ts)
+        if ev == "produce.batch":
+            j.produced[(f["topic"], f["partition"])].append((f["first"], f["last"]))
+        elif ev == "records.consumed":
+            j.consumed[(f["group"], f["topic"], f["partition"])].append((ts, f["first"], f["last"], f["consumer"]))
+        elif ev in ("fetch.started", "fetch.stopped"):
+            j.fetch[(f["group"], f["consumer"], f["topic"], f["partition"])].append(
+                (ts, e.pid, e.seq, ev, f.get("at_ms"))
+            )
+        else:
+            j.by[ev].append((ts, f))
+    return j
+
+
+def _s1(j: Journal, elected: list[tuple[int, int]]) -> int:
+    regressions, top = 0, None
+    for _ts, f in sorted(j.by["coordinator.elected"], key=lambda x: (x[0], x[1]["epoch"])):
+        regressions += top is not None and f["epoch"] <= top
+        top = f["epoch"] if top is None else max(top, f["epoch"])
+    return regressions + sum(
+        1 for ts, f in j.by["command.sent"] if (m := _asof(elected, ts)) is not None and f["epoch"] < m
+    )
+
+
+def _s2(j: Journal) -> int:
+    intervals: dict[Key, list[tuple[int, int, str]]] = defaultdict(list)
+    for (group, consumer, topic, partition), evs in j.fetch.items():
+        evs.sort(key=lambda x: (x[0], x[1], x[2]))
+        for k, (ts, _pid, _seq, ev, _at) in enumerate(evs):
+            if ev != "fetch.started":
+                continue
+            nxt = evs[k + 1] if k + 1 < len(evs) else None
+            if nxt is None:
+                end = max(j.seen.get((group, consumer), ts), ts)
+            else:
+                end = int(nxt[4]) if nxt[3] == "fetch.stopped" and nxt[4] is not None else nxt[0]
+            intervals[(group, topic, partition)].append((ts, end, consumer))
+    overlaps = 0
+    own: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for (group, topic, partition), spans in intervals.items():
+        spans.sort()
+        for i, (s1, e1, c1) in enumerate(spans):
+            own[(group, c1, topic, partition)].append((s1, e1))
+            for s2, e2, c2 in spans[i + 1 :]:
+                if s2 >= e1:
+                    break
+                overlaps += c1 != c2 and s1 < e2
+    outside = 0
+    for mine in own.values():
+        mine.sort()
+    for (group, topic, partition), deliveries in j.consumed.items():
+        for ts, _first, _last, consumer in deliveries:
+            mine = own.get((group, consumer, topic, partition), [])
+            k = bisect.bisect_right(mine, (ts, 1 << 62)) - 1  # one consumer's intervals of a partition are disjoint
+            outside += k < 0 or ts > mine[k][1]
+    return overlaps + outside
+
+
+def _s3(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:
+    subs: dict[str, set[str]] = defaultdict(set)
+    topics = {t for t, _ in j.produced}
+    for _ts, f in j.by["consumer.registered"]:
+        for key in f["subscription"]:
+            for t in topics:
+                match = re.fullmatch(key, t) is not None
+                pattern = f["pattern"]
+                if {"static": t == key, "white_list": match, "black_list": not match}.get(pattern, False):
+                    subs[f["group"]].add(t)
+    missing = 0
+    for group, wanted in subs.items():
+        for (topic, partition), spans in j.produced.items():
+            if topic in wanted:
+                missing += _minus(_merge(spans)[0], merged.get((group, topic, partition), ([], []))[0])
+    return missing
+
+
+def _s4(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:
+    closed = {(f["group"], f["consumer"]) for _ts, f in j.by["consumer.deregistered"]}
+    losses: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for key in j.seen:
+        if key not in closed:
+            losses[key].append(1 << 62)
+    for ts, f in j.by["consumer.fenced"]:
+        losses[(f["group"], f["consumer"])].append(ts)
+    commits: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for ts, f in j.by["offsets.committed"]:
+        commits[(f["group"], f["consumer"], f["topic"], f["partition"])].append((ts, f["offset"]))
+    tails: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for (group, topic, partition), deliveries in j.consumed.items():
+        for ts, first, last, consumer in deliveries:
+            for loss in losses.get((group, consumer), []):
+                done = sorted(commits.get((group, consumer, topic, partition), []))
+                k = bisect.bisect_right(done, (loss, 1 << 62)) - 1  # the last commit at or before the loss
+                lo = max(first, done[k][1]) if k >= 0 else first
+                if ts <= loss and lo <= last:
+                    tails[(group, topic, partition)].append((lo, last))
+    clean = 0
+    for key, (_islands, portions) in merged.items():
+        dup_islands = _merge(portions)[0]
+        clean += _minus(dup_islands, _merge(tails.get(key, []))[0])
+    return clean
+
+
+def _s5(j: Journal, elected: list[tuple[int, int]]) -> int:
+    started: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for ts, f in j.by["rebalance.started"]:
+        started[f["group"]].append((ts, f["generation"]))
+    top = {g: _running_max(v) for g, v in started.items()}
+    stale = 0
+    for ts, f in j.by["command.applied"]:
+        e_max, g_max = _asof(elected, ts), _asof(top.get(f["group"], []), ts)
+        stale += (e_max is not None and f["epoch"] < e_max) or (g_max is not None and f["generation"] < g_max)
+    return stale
+
+
+def python_verdict(journal: Path) -> dict[str, int]:
+    """S1-S5 counts (docs/analysis.md) in one process: the reference reader, dictionaries and sorted lists."""
+    j = _read(journal)
+    elected = _running_max([(ts, f["epoch"]) for ts, f in j.by["coordinator.elected"]])
+    merged = {k: _merge([(first, last) for _ts, first, last, _c in v]) for k, v in j.consumed.items()}
+    return {"S1": _s1(j, elected), "S2": _s2(j), "S3": _s3(j, merged), "S4": _s4(j, merged), "S5": _s5(j, elected)}
+
+
+# --- the benchmark -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    events: int
+    runs: int
+    journal_mb: float
+    generate_s: float
+    spark_s: float
+    python_s: float
+    spark_events_per_s: float
+    python_events_per_s: float
+    counts_agree: bool
+    injected_found: bool
+
+
+def bench(size: int, base: Path, master: str) -> Row:
+    from zkcoord.analysis import run_analysis  # noqa: PLC0415  # PySpark only when measuring
+
+    started = time.perf_counter()
+    half = size // 2
+    written = generate(base / "clean", half, violations=False) + generate(base / "violations", half, violations=True)
+    generate_s = time.perf_counter() - started
+    mb = sum(f.stat().st_size for f in base.glob("*/journal/*.jsonl")) / 1e6
+    print(f"  {written} events, {mb:.0f} MB generated in {generate_s:.1f} s", file=sys.stderr)
+    started = time.perf_counter()
+    verdict = run_analysis([base / "clean", base / "violations"], base / "out", master, report=False)
+    spark_s = time.perf_counter() - started
+    print(f"  spark: {spark_s:.1f} s", file=sys.stderr)
+    started = time.perf_counter()
+    py = {name: python_verdict(base / name / "journal") for name in ("clean", "violations")}
+    python_s = time.perf_counter() - started
+    print(f"  python: {python_s:.1f} s", file=sys.stderr)
+    sp = {r.run: {p.key: p.count for p in r.properties} for r in verdict.runs}
+    if sp != py:
+        print(f"  MISMATCH spark={sp} python={py}", file=sys.stderr)
+    return Row(
+        events=written,
+        runs=2,
+        journal_mb=round(mb, 1),
+        generate_s=round(generate_s, 2),
+        spark_s=round(spark_s, 2),
+        python_s=round(python_s, 2),
+        spark_events_per_s=round(written / spark_s),
+        python_events_per_s=round(written / python_s),
+        counts_agree=sp == py,
+        injected_found=sp.get("violations") == INJECTED and sp.get("clean") == dict.fromkeys(INJECTED, 0),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", default="1000000", help="comma-separated sizes (total events of both runs)")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+    sizes = [int(float(x)) for x in args.events.split(",")]
+    from zkcoord.analysis import run_analysis  # noqa: PLC0415
+    from zkcoord.analysis.session import get_spark  # noqa: PLC0415
+
+    started = time.perf_counter()
+    spark, _ = get_spark(args.master)
+    spark.range(1).collect()
+    startup_s = time.perf_counter() - started
+    # A first, small analysis warms the JVM up (class loading, code generation, JIT), as any second run would be.
+    warm = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-warmup-", dir=args.dir))
+    started = time.perf_counter()
+    generate(warm / "run", 30_000, violations=True)
+    run_analysis([warm / "run"], warm / "out", args.master, report=False)
+    warmup_s = time.perf_counter() - started
+    shutil.rmtree(warm, ignore_errors=True)
+    rows = []
+    for size in sizes:
+        print(f"{size} events:", file=sys.stderr)
+        scratch = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-bench-", dir=args.dir))
+        try:
+            rows.append(bench(size, scratch, args.master))
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    spark.stop()
+    head = (
+        f"{'events':>10} {'MB':>7} {'spark s':>8} {'python s':>9} {'spark ev/s':>11} {'python ev/s':>12}  agree  found"
+    )
+    print(
+        f"Spark {spark.version} {args.master}, {os.cpu_count()} cores; not counted: JVM start-up {startup_s:.1f} s, "
+        f"warm-up analysis {warmup_s:.1f} s"
+    )
+    print(head)
+    for r in rows:
+        print(
+            f"{r.events:>10} {r.journal_mb:>7.0f} {r.spark_s:>8.1f} {r.python_s:>9.1f} {r.spark_events_per_s:>11} "
+            f"{r.python_events_per_s:>12}  {r.counts_agree!s:>5}  {r.injected_found!s:>5}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "master": args.master,
+        "jvm_startup_s": round(startup_s, 2),
+        "warmup_s": round(warmup_s, 2),
+        "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
+    }
+    args.out.write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+    return 0 if all(r.counts_agree and r.injected_found for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

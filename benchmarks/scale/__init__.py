@@ -1,0 +1,9 @@
+"""Scale benchmarks of the coordinator: many consumer sessions (``swarm``) and a coordinator failover at scale.
+
+* :mod:`benchmarks.scale.swarm`: one process running thousands of control-plane consumer sessions (a small asyncio
+  ZooKeeper client on kazoo's wire serialization; one TCP connection and one real session per consumer).
+* :mod:`benchmarks.scale.failover`: ZooKeeper, two brokers and a few swarm processes; forms the groups, SIGKILLs the
+  coordinator and measures the time from its session's expiry until the new coordinator has re-examined every group.
+* :mod:`benchmarks.scale.profile`: reads a py-spy profile of the new coordinator (collapsed stacks) and says where its
+  worker thread's time went.
+"""

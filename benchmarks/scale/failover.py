@@ -1,0 +1,863 @@
+"""The coordinator at scale: forming 1 000 groups of 10 000 consumers, then a coordinator failover at that size.
+
+    python -m benchmarks.scale.failover [--groups 1000] [--consumers 10000] [--processes 4] [--partitions 4]
+        [--session-timeout 4] [--consumer-session-timeout 10] [--zk-no-fsync] [--zk-heap-mb 1024]
+        [--profile] [--out benchmarks/results/scale.json] [--keep DIR]
+
+Everything is real and started here: one ZooKeeper (:class:`~zkcoord.zkserver.ZkServer`, ``forceSync`` on unless
+``--zk-no-fsync``), two brokers as processes (``python -m zkcoord broker``, each hosting a coordinator, journals in the
+run directory), one topic of ``--partitions`` partitions (:class:`~zkcoord.topics.TopicAdmin`), and ``--processes``
+swarm processes (:mod:`benchmarks.scale.swarm`) sharing the groups and consumers (``consumers / groups`` per group,
+static subscription, 1 thread each; one session per consumer).
+
+**Formation.**  From the swarms' start until every session is registered (their ready files), and until every
+group's ``state`` is STABLE with all its members (polled with pipelined reads); the old coordinator's journal gives
+how many rebalances that took.
+
+**Failover.**  The coordinator broker is SIGKILLed.  Its session expires on the server after the session timeout and
+its ephemeral ``/consumers/coordinator`` is deleted: a watch records that instant (*expiry*).  The standby broker wins
+the election (``coordinator.elected`` in its journal) and re-examines every group; a group counts as re-examined at
+its first ``rebalance.skipped`` or ``rebalance.completed`` event of the new term.  Reported: expiry -> elected,
+elected -> every group re-examined, the total (the issue's goal: under 10 s), how many groups needed an actual
+rebalance, and when the new coordinator went idle (its last rebalance event: it may examine a group more than once).
+At the end every group's state is checked again (STABLE, all members).  Journal ``mono`` stamps and this process's
+``time.monotonic_ns()`` are the same system-wide clock (CLOCK_MONOTONIC), so the intervals span processes.
+
+With ``--profile`` the standby broker is sampled by py-spy (``--idle``: waiting on ZooKeeper counts, so the samples
+add up to wall time) from before the kill until it is idle; the collapsed stacks are kept in the run directory and
+summarised by :mod:`benchmarks.scale.profile`.
+
+The table goes to stdout; the rows to ``--out`` (default ``benchmarks/results/scale.json``), keyed by configuration,
+so a small and a full run sit side by side.  Every wait has a deadline; every process is stopped in ``finally``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from zkcoord import paths
+from zkcoord.errors import CodecError
+from zkcoord.procs import ChildProcess, ProcessError
+from zkcoord.topics import TopicAdmin
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.zkserver import ZkServer, ZkServerConfig
+from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState
+
+from .probe import examine_one_at_a_time, examine_pipelined, per_request_us, round_trip_ms
+from .profile import report
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scale.json"
+TOPIC = "scale-topic"
+GROUP_PREFIX = "scale-"
+GOAL_S = 10.0
+PROFILE_RATE = 100  # py-spy samples per second (non-blocking: the target is not paused to sample)
+STARTUP = "coordinator startup"  # the trigger of a new coordinator's first examination
+#: journal events that mean the coordinator is working on a group
+WORK_EVENTS = frozenset(
+    {
+        "rebalance.requested",
+        "rebalance.skipped",
+        "rebalance.started",
+        "rebalance.barrier",
+        "rebalance.completed",
+        "rebalance.aborted",
+        "rebalance.retrying",
+        "rebalance.failed",
+        "command.sent",
+        "command.acked",
+    }
+)
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    groups: int = 1000
+    consumers: int = 10_000
+    processes: int = 4
+    partitions: int = 4
+    session_timeout_s: float = 4.0
+    consumer_session_timeout_s: float = 10.0
+    zk_heap_mb: int = 1024
+    zk_fsync: bool = True
+    failovers: int = 3
+    profile: bool = False
+    form_timeout_s: float = 900.0
+    failover_timeout_s: float = 300.0
+
+    @property
+    def per_group(self) -> int:
+        return self.consumers // self.groups
+
+    def group_names(self) -> list[str]:
+        return [f"{GROUP_PREFIX}{i:04d}" for i in range(self.groups)]
+
+    def key(self) -> str:
+        return f"{self.groups}g/{self.consumers}c/{self.processes}p"
+
+
+# --- processes ------------------------------------------------------------------------------------------------------
+
+
+class SwarmProcess:
+    """``python -m benchmarks.scale.swarm`` for a range of groups, output to a log file."""
+
+    def __init__(self, index: int, *, params: Params, first: int, last: int, hosts: str, run_dir: Path) -> None:
+        self.index = index
+        self.ready_file = run_dir / f"swarm-{index}.ready.json"
+        self.stats_file = run_dir / f"swarm-{index}.stats.json"
+        self.log_path = run_dir / f"swarm-{index}.log"
+        self.args = [
+            sys.executable,
+            "-m",
+            "benchmarks.scale.swarm",
+            "--zk",
+            hosts,
+            "--groups",
+            f"{first}..{last}",
+            "--group-prefix",
+            GROUP_PREFIX,
+            "--per-group",
+            str(params.per_group),
+            "--topic",
+            TOPIC,
+            "--session-timeout",
+            f"{params.consumer_session_timeout_s:g}",
+            "--host",
+            f"swarm{index}",
+            "--ready-file",
+            str(self.ready_file),
+            "--stats-file",
+            str(self.stats_file),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self) -> SwarmProcess:
+        self._log = self.log_path.open("ab")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ProcessError(f"swarm {self.index} exited with {self.proc.returncode}: {self.tail()}")
+
+    def tail(self, lines: int = 5) -> str:
+        with contextlib.suppress(OSError):
+            return " | ".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def terminate(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM (the swarm closes its sessions and writes its stats), SIGKILL after ``timeout``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.returncode
+
+
+class Profiler:
+    """py-spy sampling one process (``--idle``: wall time, not only CPU), collapsed stacks to ``output``."""
+
+    def __init__(self, pid: int, output: Path, rate: int) -> None:
+        self.output = output
+        exe = Path(sys.executable).with_name("py-spy")
+        self.args = [
+            str(exe if exe.exists() else "py-spy"),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--idle",
+            "--threads",
+            "--nonblocking",
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Profiler:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # let it attach before anything happens
+        if self.proc.poll() is not None:
+            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+            raise ProcessError(f"py-spy failed to start: {err.strip()[:300]}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        self.proc = None
+
+
+# --- journals -------------------------------------------------------------------------------------------------------
+
+
+class JournalTail:
+    """Follows one process's journal file: :meth:`poll` returns the events appended since the last call."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._rest = b""
+        self.events: list[dict[str, Any]] = []
+
+    def poll(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        new = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                new.append(json.loads(line))
+        self.events += new
+        return new
+
+
+def journal_of(journal_dir: Path, broker_id: int, pid: int) -> Path:
+    return journal_dir / f"broker-{broker_id}.{pid}.jsonl"
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
+
+
+# --- waiting --------------------------------------------------------------------------------------------------------
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.05,
+    progress: Callable[[], str] | None = None,
+    every: float = 10.0,
+    check: Callable[[], None] | None = None,
+) -> None:
+    """Poll ``condition`` until true; raise :class:`ProcessError` after ``timeout``; report progress now and then."""
+    start = time.monotonic()
+    deadline = start + timeout
+    next_report = start + every
+    while not condition():
+        now = time.monotonic()
+        if check is not None:
+            check()
+        if now >= deadline:
+            raise ProcessError(
+                f"timed out after {timeout:g} s waiting for {what}" + (f" ({progress()})" if progress else "")
+            )
+        if progress is not None and now >= next_report:
+            next_report += every
+            say(f"  waiting for {what}: {progress()} ({now - start:.0f} s)")
+        time.sleep(interval)
+
+
+def group_states(zk: ZkClient, groups: list[str]) -> dict[str, GroupState | None]:
+    out: dict[str, GroupState | None] = {}
+    for group, got in zip(groups, zk.get_many([paths.group_state(g) for g in groups]), strict=True):
+        state = None
+        if got is not None:
+            with contextlib.suppress(CodecError):
+                state = GroupState.decode(got[0])
+        out[group] = state
+    return out
+
+
+def stable_count(zk: ZkClient, groups: list[str], members: int) -> int:
+    return sum(
+        1
+        for s in group_states(zk, groups).values()
+        if s is not None and s.phase is GroupPhase.STABLE and len(s.members) == members
+    )
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    key: str
+    params: dict[str, Any]
+    formation: dict[str, Any] = field(default_factory=dict)
+    failovers: list[dict[str, Any]] = field(default_factory=list)
+    swarm: dict[str, Any] = field(default_factory=dict)
+    probe: dict[str, Any] = field(default_factory=dict)
+    profile_files: dict[str, str] = field(default_factory=dict)
+
+
+def formation_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    def count(kind: str) -> int:
+        return sum(1 for e in events if e["ev"] == kind)
+
+    latencies = [float(e["latency_ms"]) for e in events if e["ev"] == "rebalance.completed"]
+    return {
+        "rebalances_started": count("rebalance.started"),
+        "rebalances_completed": count("rebalance.completed"),
+        "rebalances_skipped": count("rebalance.skipped"),
+        "attempts_aborted": count("rebalance.aborted"),
+        "attempts_retried": count("rebalance.retrying"),
+        "rebalances_failed": count("rebalance.failed"),
+        "commands_sent": count("command.sent"),
+        "rebalance_latency_ms_p50": percentile(latencies, 0.5),
+        "rebalance_latency_ms_p95": percentile(latencies, 0.95),
+        "rebalance_latency_ms_max": percentile(latencies, 1.0),
+    }
+
+
+def quiet_since(tail: JournalTail) -> float:
+    """Seconds since the last work event in ``tail``'s journal (inf if none)."""
+    tail.poll()
+    work = [e["mono"] for e in tail.events if e["ev"] in WORK_EVENTS]
+    return (time.monotonic_ns() - max(work)) / 1e9 if work else float("inf")
+
+
+class ScaleRun:
+    """One run: the cluster, the swarms, formation, failover.  :meth:`run` cleans up every process it started."""
+
+    def __init__(self, params: Params, run_dir: Path) -> None:
+        self.params = params
+        self.run_dir = run_dir
+        self.journal_dir = run_dir / "journal"
+        self.groups = params.group_names()
+        self.result = Result(key=params.key(), params=asdict(params))
+        self.brokers: dict[int, ChildProcess] = {}
+        self.swarms: list[SwarmProcess] = []
+        self.swarm_stats: list[dict[str, Any]] = []
+        self.hosts = ""
+        self._stack = ExitStack()
+        self._admin: ZkClient | None = None
+
+    @property
+    def admin(self) -> ZkClient:
+        assert self._admin is not None
+        return self._admin
+
+    def run(self) -> Result:
+        with self._stack:
+            self._start_cluster()
+            self._form()
+            for i in range(self.params.failovers):
+                if i:
+                    self._restart_standby()
+                self.result.failovers.append(self._failover(i))
+            self._probe()
+            self._collect_swarm_stats()
+        return self.result
+
+    # --- set-up ---
+
+    def _start_cluster(self) -> None:
+        p = self.params
+        zk_server = ZkServer(ZkServerConfig(heap_mb=p.zk_heap_mb, fsync=p.zk_fsync))
+        self._stack.enter_context(zk_server)
+        self.hosts = zk_server.connect_string
+        say(f"ZooKeeper on {self.hosts} (heap {p.zk_heap_mb} MB, fsync {'on' if p.zk_fsync else 'off'})")
+        config = ZkConfig.from_string(self.hosts, session_timeout_s=30.0)
+        self._admin = self._stack.enter_context(ZkClient(config, name="bench"))
+        self._stack.callback(self._stop_swarms)  # runs before the brokers' and ZooKeeper's clean-up
+        self._start_broker(1)
+        wait_for(lambda: self.coordinator() is not None, 30, "broker 1 to be elected coordinator")
+        self._start_broker(2)
+        wait_for(lambda: len(TopicAdmin(self.admin).live_brokers()) == 2, 30, "both brokers registered")
+        TopicAdmin(self.admin).create(TOPIC, p.partitions)
+        say(f"brokers 1 (coordinator) and 2 up; topic {TOPIC} with {p.partitions} partitions")
+
+    def _start_broker(self, broker_id: int) -> None:
+        args = ["broker", "--id", str(broker_id), "--zk", self.hosts, "--host", "scale"]
+        args += ["--session-timeout", f"{self.params.session_timeout_s:g}", "--journal", str(self.journal_dir)]
+        child = ChildProcess(args, self.run_dir / f"broker-{broker_id}.log")
+        self._stack.callback(child.terminate)
+        self.brokers[broker_id] = child.start()
+
+    def coordinator(self) -> CoordinatorInfo | None:
+        try:
+            return CoordinatorInfo.decode(self.admin.get(paths.COORDINATOR)[0])
+        except Exception:  # noqa: BLE001 - absent or not written yet
+            return None
+
+    def journal(self, broker_id: int) -> JournalTail:
+        return JournalTail(journal_of(self.journal_dir, broker_id, self.brokers[broker_id].pid))
+
+    def _check_swarms(self) -> None:
+        for s in self.swarms:
+            s.check()
+
+    def _stop_swarms(self) -> None:
+        for s in self.swarms:
+            s.terminate()
+        for s in self.swarms:
+            with contextlib.suppress(OSError, ValueError):
+                self.swarm_stats.append(json.loads(s.stats_file.read_text()))
+        self.swarms.clear()
+
+    # --- formation ---
+
+    def _profile(self, broker_id: int, phase: str) -> Profiler | None:
+        if not self.params.profile:
+            return None
+        output = self.run_dir / f"broker-{broker_id}.{phase}.pyspy.txt"
+        profiler = Profiler(self.brokers[broker_id].pid, output, PROFILE_RATE).start()
+        self._stack.callback(profiler.stop)
+        self.result.profile_files[phase] = str(output)
+        return profiler
+
+    def _form(self) -> None:
+        p = self.params
+        info = self.coordinator()
+        assert info is not None
+        profiler = self._profile(info.broker_id, "formation")
+        load = os.getloadavg()[0]
+        t0 = time.monotonic()
+        for i in range(p.processes):
+            first, last = i * p.groups // p.processes, (i + 1) * p.groups // p.processes - 1
+            swarm = SwarmProcess(i, params=p, first=first, last=last, hosts=self.hosts, run_dir=self.run_dir)
+            self.swarms.append(swarm.start())
+        say(f"{p.processes} swarm processes: {p.consumers} sessions in {p.groups} groups")
+        wait_for(
+            lambda: all(s.ready_file.exists() for s in self.swarms),
+            p.form_timeout_s,
+            "every session registered",
+            progress=lambda: f"{sum(s.ready_file.exists() for s in self.swarms)}/{len(self.swarms)} swarms ready",
+            check=self._check_swarms,
+            interval=0.02,
+        )
+        registered_s = time.monotonic() - t0
+        say(f"every session registered after {registered_s:.2f} s")
+        stable = [0]
+
+        def all_stable() -> bool:
+            stable[0] = stable_count(self.admin, self.groups, p.per_group)
+            return stable[0] == len(self.groups)
+
+        wait_for(
+            all_stable,
+            p.form_timeout_s,
+            "every group stable",
+            interval=0.5,
+            progress=lambda: f"{stable[0]}/{len(self.groups)} groups stable",
+            check=self._check_swarms,
+        )
+        stable_s = time.monotonic() - t0
+        say(f"every group stable after {stable_s:.2f} s")
+        tail = self.journal(info.broker_id)
+        wait_for(lambda: quiet_since(tail) > 2.0, 120, "the coordinator to go idle", interval=0.2)
+        if profiler is not None:
+            profiler.stop()
+        self.result.formation = {
+            "loadavg_1min_at_start": round(load, 2),
+            "sessions_registered_s": round(registered_s, 3),
+            "groups_stable_s": round(stable_s, 3),
+            **formation_summary(tail.events),
+        }
+
+    # --- failover ---
+
+    def _restart_standby(self) -> None:
+        """Start the broker killed last time again: it becomes the standby of the next failover."""
+        dead = next(b for b, child in self.brokers.items() if not child.alive())
+        self._start_broker(dead)
+        wait_for(lambda: len(TopicAdmin(self.admin).live_brokers()) == 2, 60, f"broker {dead} registered again")
+        tail = self.journal(dead)
+        wait_for(lambda: bool(tail.poll() or tail.events), 60, f"broker {dead}'s journal")
+        time.sleep(1.0)  # its coordinator service has set its watch on /consumers/coordinator by now
+        say(f"broker {dead} restarted as the standby")
+
+    def _failover(self, index: int) -> dict[str, Any]:
+        p = self.params
+        info = self.coordinator()
+        assert info is not None
+        old_id, old_epoch = info.broker_id, info.epoch
+        new_id = 2 if old_id == 1 else 1
+        tail = self.journal(new_id)
+        tail.poll()
+        deleted_at: list[int] = []
+        deleted = threading.Event()
+
+        def on_change(event: Any) -> None:
+            if event.type == "DELETED":
+                deleted_at.append(time.monotonic_ns())
+                deleted.set()
+
+        self.admin.exists(paths.COORDINATOR, watch=on_change)
+        profiler = self._profile(new_id, "failover") if index == 0 else None
+        say(f"failover {index + 1}: SIGKILL broker {old_id} (coordinator of epoch {old_epoch}); {new_id} takes over")
+        load = os.getloadavg()[0]
+        killed_at = time.monotonic_ns()
+        self.brokers[old_id].signal(signal.SIGKILL)
+        self.brokers[old_id].wait(10)
+        if not deleted.wait(p.session_timeout_s * 2 + 10):
+            raise ProcessError("the old coordinator's znode was not deleted (session not expired)")
+        expired_at = deleted_at[0]
+        say(f"old session expired {(expired_at - killed_at) / 1e9:.2f} s after the kill")
+
+        def elected() -> dict[str, Any] | None:
+            tail.poll()
+            wanted = old_epoch + 1
+            return next((e for e in tail.events if e["ev"] == "coordinator.elected" and e["epoch"] == wanted), None)
+
+        wait_for(lambda: elected() is not None, 60, f"broker {new_id} to be elected")
+        elected_event = elected()
+        assert elected_event is not None
+        elected_at = int(elected_event["mono"])
+        first_seen: dict[str, int] = {}
+
+        def examined() -> bool:
+            for e in tail.poll():
+                if e["ev"] in ("rebalance.skipped", "rebalance.completed") and e["group"] not in first_seen:
+                    first_seen[e["group"]] = int(e["mono"])
+            return len(first_seen) == len(self.groups)
+
+        wait_for(
+            examined,
+            p.failover_timeout_s,
+            "every group re-examined",
+            interval=0.02,
+            progress=lambda: f"{len(first_seen)}/{len(self.groups)} groups re-examined",
+        )
+        say(f"every group re-examined {(max(first_seen.values()) - expired_at) / 1e9:.2f} s after the expiry")
+
+        def settled() -> bool:
+            tail.poll()
+            started = {e["group"] for e in tail.events if e["ev"] == "rebalance.started"}
+            ended = {e["group"] for e in tail.events if e["ev"] in ("rebalance.completed", "rebalance.failed")}
+            return started <= ended and quiet_since(tail) > 3.0
+
+        wait_for(settled, p.failover_timeout_s, "the new coordinator to go idle", interval=0.2)
+        if profiler is not None:
+            profiler.stop()
+        term = [e for e in tail.events if int(e["mono"]) >= elected_at]
+        return {
+            "old_coordinator": old_id,
+            "new_coordinator": new_id,
+            "epoch": old_epoch + 1,
+            "loadavg_1min_at_kill": round(load, 2),
+            "kill_to_expiry_s": seconds(expired_at - killed_at),
+            "expiry_to_elected_s": seconds(elected_at - expired_at),
+            **self._term_summary(term, elected_at, expired_at, first_seen),
+        }
+
+    def _term_summary(
+        self, term: list[dict[str, Any]], elected_at: int, expired_at: int, first_seen: dict[str, int]
+    ) -> dict[str, Any]:
+        work = [e for e in term if e["ev"] in ("rebalance.skipped", "rebalance.completed")]
+        startup = [int(e["mono"]) for e in term if e["ev"] == "rebalance.requested" and e["trigger"] == STARTUP]
+        started = [e for e in term if e["ev"] == "rebalance.started"]
+        rebalanced = sorted({e["group"] for e in started})
+        # A group is stable again at its first examination if it needed nothing, else at its last completion.
+        last_done = {e["group"]: int(e["mono"]) for e in term if e["ev"] == "rebalance.completed"}
+        stable_again_at = max(last_done.get(g, first_seen[g]) for g in self.groups)
+        all_examined_at = max(first_seen.values())
+        per_group = self.params.per_group
+        states = group_states(self.admin, self.groups)
+        not_stable = [
+            g for g, s in states.items() if s is None or s.phase is not GroupPhase.STABLE or len(s.members) != per_group
+        ]
+        return {
+            "elected_to_groups_listed_s": seconds(max(startup) - elected_at) if startup else None,
+            "elected_to_first_examined_s": seconds(min(first_seen.values()) - elected_at),
+            "elected_to_all_examined_s": seconds(all_examined_at - elected_at),
+            "expiry_to_all_examined_s": seconds(all_examined_at - expired_at),
+            "expiry_to_stable_again_s": seconds(stable_again_at - expired_at),
+            "expiry_to_idle_s": seconds(max(int(e["mono"]) for e in work) - expired_at),
+            "examinations": len(work),
+            "examinations_first_pass": sum(1 for e in work if e.get("trigger") == STARTUP),
+            "groups_rebalanced": len(rebalanced),
+            "rebalances_completed": len(last_done) and sum(1 for e in term if e["ev"] == "rebalance.completed"),
+            "rebalance_reasons": dict(Counter(str(e["reason"]) for e in started).most_common()),
+            "rebalance_partitions_planned": {
+                str(k): v for k, v in sorted(Counter(int(e["partitions"]) for e in started).items())
+            },
+            "rebalanced_sample": rebalanced[:10],
+            "groups_not_stable_at_end": len(not_stable),
+            "goal_s": GOAL_S,
+            "goal_met": (stable_again_at - expired_at) / 1e9 < GOAL_S,
+        }
+
+    def _probe(self) -> None:
+        """Unit costs on the same loaded cluster (every session still up), from this process."""
+        topics = {TOPIC: self.params.partitions}
+        rtt = round_trip_ms(self.admin)
+        members = [paths.member(g, c) for g in self.groups for c in self.admin.get_children(paths.group_ids(g))]
+        kazoo_us, asyncio_us = per_request_us(self.admin, ("127.0.0.1", int(self.hosts.rsplit(":", 1)[1])), "", members)
+        one = examine_one_at_a_time(self.admin, self.groups, topics)
+        piped = examine_pipelined(self.admin, self.groups, topics)
+        if self.params.profile:  # where the CPU of an examination goes (cProfile: deterministic, this thread only)
+            profiler = cProfile.Profile()
+            profiler.runcall(examine_one_at_a_time, self.admin, self.groups, topics)
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+            path = self.run_dir / "probe.cprofile.txt"
+            path.write_text(out.getvalue())
+            self.result.profile_files["probe (cProfile)"] = str(path)
+        self.result.probe = {
+            "round_trip_ms": rtt,
+            "pipelined_reads": len(members),
+            "kazoo_us_per_pipelined_read": kazoo_us,
+            "asyncio_us_per_pipelined_read": asyncio_us,
+            "examine_one_at_a_time_s": round(one.seconds, 3),
+            "examine_one_at_a_time_ms_per_group": round(one.seconds * 1000 / len(self.groups), 3),
+            "examine_pipelined_s": round(piped.seconds, 3),
+            "necessary_one_at_a_time": one.necessary,
+            "necessary_pipelined": piped.necessary,
+        }
+        say(f"probe: {self.result.probe}")
+
+    def _collect_swarm_stats(self) -> None:
+        self._stop_swarms()
+        new_epochs = {int(f["epoch"]) for f in self.result.failovers}
+        counters: Counter[str] = Counter()
+        by_epoch: Counter[int] = Counter()
+        for doc in self.swarm_stats:
+            counters.update(doc["counters"])
+            for member in doc["members"].values():
+                by_epoch.update(s[2] for s in member["seen"] if s[2] in new_epochs)
+        for failover in self.result.failovers:
+            failover["commands_consumers_got"] = by_epoch.get(int(failover["epoch"]), 0)
+        self.result.swarm = {"counters": dict(counters)}
+
+
+def seconds(ns: int) -> float:
+    return round(ns / 1e9, 3)
+
+
+# --- output ---------------------------------------------------------------------------------------------------------
+
+
+FAILOVER_ROWS = (
+    ("failover: SIGKILL -> old session expired (znode deleted)", "kill_to_expiry_s"),
+    ("failover: expiry -> new coordinator elected", "expiry_to_elected_s"),
+    ("failover: elected -> every group listed and watched", "elected_to_groups_listed_s"),
+    ("failover: elected -> first group re-examined", "elected_to_first_examined_s"),
+    ("failover: elected -> every group re-examined", "elected_to_all_examined_s"),
+    ("failover: TOTAL expiry -> every group re-examined", "expiry_to_all_examined_s"),
+    ("failover: TOTAL expiry -> every group STABLE again", "expiry_to_stable_again_s"),
+    ("failover: expiry -> new coordinator idle", "expiry_to_idle_s"),
+    ("  examinations in the new term", "examinations"),
+    ("  groups rebalanced by the new coordinator", "groups_rebalanced"),
+    ("  rebalances it completed", "rebalances_completed"),
+    ("  commands consumers got from it", "commands_consumers_got"),
+    ("  groups not STABLE with all members at the end", "groups_not_stable_at_end"),
+    ("  load average (1 min) at the kill", "loadavg_1min_at_kill"),
+)
+
+
+def table(result: Result) -> str:
+    p, f, runs = result.params, result.formation, result.failovers
+    s = result.swarm.get("counters", {})
+    width = 58
+    heads = "".join(f"{'#' + str(i + 1):>8}" for i in range(len(runs))) + f"{'median':>9}"
+    lines = [
+        f"scale: {p['groups']} groups, {p['consumers']} consumers ({p['consumers'] // p['groups']} per group, "
+        f"{p['processes']} swarm processes), 1 topic of {p['partitions']} partitions; broker session "
+        f"{p['session_timeout_s']:g} s, consumer session {p['consumer_session_timeout_s']:g} s, "
+        f"ZooKeeper fsync {'on' if p['zk_fsync'] else 'off'}",
+        "",
+        f"{'formation':<{width}} {'seconds':>9}",
+        "-" * (width + 10),
+        f"{'swarms started -> every session registered':<{width}} {f['sessions_registered_s']:>9.2f}",
+        f"{'swarms started -> every group STABLE':<{width}} {f['groups_stable_s']:>9.2f}",
+        f"{'  rebalances completed / aborted attempts / retried / failed':<{width}} {f['rebalances_completed']:>4} / "
+        f"{f['attempts_aborted']} / {f['attempts_retried']} / {f['rebalances_failed']}",
+        f"{'  rebalance latency p50 / p95 / max (ms)':<{width}} "
+        f"{f['rebalance_latency_ms_p50']} / {f['rebalance_latency_ms_p95']} / {f['rebalance_latency_ms_max']}",
+        f"{'  load average (1 min) at the start':<{width}} {f['loadavg_1min_at_start']:>9.2f}",
+        "",
+        f"{'failover (seconds unless counted)':<{width}}{heads}",
+        "-" * (width + len(heads)),
+    ]
+    for label, key in FAILOVER_ROWS:
+        values = [r.get(key) for r in runs]
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        cells = "".join(f"{_cell(v):>8}" for v in values)
+        middle = statistics.median(numbers) if numbers else None
+        if middle is not None and all(isinstance(v, int) for v in values) and middle == int(middle):
+            middle = int(middle)
+        median = f"{_cell(middle):>9}" if middle is not None else ""
+        lines.append(f"{label:<{width}}{cells}{median}")
+    totals = [r["expiry_to_stable_again_s"] for r in runs]
+    verdict = "met" if statistics.median(totals) < GOAL_S else "NOT met"
+    lines.append(f"{'goal: expiry -> every group STABLE again under ' + f'{GOAL_S:g} s (median)':<{width}}{verdict:>8}")
+    for i, r in enumerate(runs):
+        reasons = ", ".join(f"{n} x {reason!r}" for reason, n in r["rebalance_reasons"].items()) or "none"
+        planned = ", ".join(f"{n} with {k} partitions" for k, n in r["rebalance_partitions_planned"].items())
+        lines.append(f"  #{i + 1} rebalance reasons: {reasons}" + (f"; planned: {planned}" if planned else ""))
+    lines += [
+        "",
+        *probe_lines(result.probe),
+        f"{'consumer sessions expired / reconnects (whole run)':<{width}} "
+        f"{s.get('sessions_expired', 0):>4} / {s.get('reconnects', 0)}",
+    ]
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def probe_lines(probe: dict[str, Any]) -> list[str]:
+    if not probe:
+        return []
+    n = probe["necessary_one_at_a_time"], probe["necessary_pipelined"]
+    return [
+        f"{'probe (this process, same loaded cluster, after the failovers)':<58} {'seconds':>9}",
+        "-" * 68,
+        f"{'probe: one ZooKeeper round trip (exists, median ms)':<58} {probe['round_trip_ms']:>9.3f}",
+        f"{'probe: per read in a pipelined burst, kazoo (us)':<58} {probe['kazoo_us_per_pipelined_read']:>9.1f}"
+        f"   ({probe['pipelined_reads']} reads)",
+        f"{'probe: per read in a pipelined burst, asyncio client (us)':<58} "
+        f"{probe['asyncio_us_per_pipelined_read']:>9.1f}",
+        f"{'probe: read + plan every group, one group at a time':<58} {probe['examine_one_at_a_time_s']:>9.2f}"
+        f"   ({probe['examine_one_at_a_time_ms_per_group']:.2f} ms/group)",
+        f"{'probe: read + plan every group, pipelined across groups':<58} {probe['examine_pipelined_s']:>9.2f}",
+        f"{'  groups the probes found needing a rebalance':<58} {n[0]:>4} / {n[1]}",
+        "",
+    ]
+
+
+def save(result: Result, out: Path) -> None:
+    document: dict[str, Any] = {"meta": {}, "runs": {}}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(out.read_text())
+        if isinstance(loaded, dict) and isinstance(loaded.get("runs"), dict):
+            document = loaded
+    document["meta"] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "note": "one machine: ZooKeeper, two brokers, the swarm processes and this script share its CPUs; "
+        "intervals on CLOCK_MONOTONIC across processes (journal mono stamps)",
+    }
+    document["runs"][result.key] = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **asdict(result)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def run_directory(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    path = Path(tempfile.mkdtemp(prefix="zkcoord-scale-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--groups", type=int, default=1000)
+    parser.add_argument("--consumers", type=int, default=10_000, help="in total; a multiple of --groups")
+    parser.add_argument("--processes", type=int, default=4, help="swarm processes sharing the sessions")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--session-timeout", type=float, default=4.0, help="brokers' session timeout, seconds")
+    parser.add_argument("--consumer-session-timeout", type=float, default=10.0)
+    parser.add_argument("--zk-heap-mb", type=int, default=1024)
+    parser.add_argument("--zk-no-fsync", action="store_true", help="forceSync=no on the ZooKeeper server")
+    parser.add_argument("--failovers", type=int, default=3, help="failovers in a row (the killed broker restarts)")
+    parser.add_argument("--profile", action="store_true", help="py-spy the coordinators (formation, 1st failover)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--keep", type=Path, default=None, help="run directory to keep (logs, journals, profile)")
+    parser.add_argument("--form-timeout", type=float, default=900.0)
+    parser.add_argument("--failover-timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    if args.groups < 1 or args.consumers < args.groups or args.consumers % args.groups:
+        parser.error("--consumers must be a positive multiple of --groups")
+    if not 1 <= args.processes <= args.groups:
+        parser.error("--processes must be within 1..groups")
+    params = Params(
+        groups=args.groups,
+        consumers=args.consumers,
+        processes=args.processes,
+        partitions=args.partitions,
+        session_timeout_s=args.session_timeout,
+        consumer_session_timeout_s=args.consumer_session_timeout,
+        zk_heap_mb=args.zk_heap_mb,
+        zk_fsync=not args.zk_no_fsync,
+        failovers=max(1, args.failovers),
+        profile=args.profile,
+        form_timeout_s=args.form_timeout,
+        failover_timeout_s=args.failover_timeout,
+    )
+    keep = args.keep
+    if keep is None and args.profile:
+        keep = Path(tempfile.mkdtemp(prefix="zkcoord-scale-"))  # the profile outlives the run
+    with run_directory(keep) as run_dir:
+        say(f"run directory {run_dir}")
+        result = ScaleRun(params, run_dir).run()
+        print(table(result))
+        for phase, profile in result.profile_files.items():
+            print(f"\n--- where the time went: {phase} ---")
+            path = Path(profile)
+            print(path.read_text() if phase.startswith("probe") else report(path, rate=PROFILE_RATE))
+    save(result, args.out)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

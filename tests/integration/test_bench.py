@@ -1,0 +1,291 @@
+"""``zkcoord bench rebalance`` end to end on a small configuration, its JSON document, its errors; and the pure
+measurements it is built on (the ownership replay and the settle condition), on hand-made journal events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from zkcoord.bench.timeline import Event, GroupTracker, expected_owners, outage
+from zkcoord.cli.bench_cmd import bench
+
+pytestmark = pytest.mark.integration
+
+CHANGE_KEYS = {
+    "protocol",
+    "kind",
+    "trial",
+    "group",
+    "consumer",
+    "members_before",
+    "members_after",
+    "partitions",
+    "completed",
+    "latency_ms",
+    "from_command_ms",
+    "stw_ms",
+    "gap_ms",
+    "unfetched_partition_ms",
+    "attempts",
+    "conflicts",
+    "retries",
+    "aborted",
+    "failures",
+    "rejected",
+    "reopened",
+    "zk_requests",
+    "zk_reads",
+    "zk_writes",
+    "zk_requests_raw",
+    "zk_packets_raw",
+    "zk_window_s",
+    "zk_background_per_s",
+    "cpu_ms",
+    "start_ts",
+    "trigger_ts",
+    "done_ts",
+    "breakdown_ms",
+}
+SUMMARY_KEYS = {
+    "protocol",
+    "kind",
+    "consumers",
+    "partitions",
+    "groups",
+    "trials",
+    "changes",
+    "completed",
+    "formed",
+    "latency_ms",
+    "stw_ms",
+    "gap_ms",
+    "unfetched_partition_ms_p50",
+    "zk_requests_per_rebalance",
+    "zk_reads_per_rebalance",
+    "zk_writes_per_rebalance",
+    "attempts",
+    "conflicts",
+    "retries",
+    "aborted",
+    "failures",
+    "rejected",
+    "reopened",
+    "cpu_ms_p50",
+    "window_ms_p50",
+    "from_command_ms_p50",
+    "x_floor_watch",
+    "x_floor_write",
+    "legacy_backoff_s",
+    "breakdown_ms_p50",
+}
+STATS_KEYS = {"n", "p50", "p95", "max", "mean"}
+
+
+def _bench_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "ZKCOORD_HOME": str(tmp_path / "home")}
+
+
+@pytest.mark.timeout(120)
+def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_path: Path) -> None:
+    out = tmp_path / "rebalance.json"
+    result = CliRunner().invoke(
+        bench,
+        [
+            "rebalance",
+            "--consumers",
+            "4",
+            "--partitions",
+            "16",
+            "--trials",
+            "1",
+            "--legacy-backoff",
+            "0.2",
+            "--session-timeout",
+            "4",
+            "--zk",
+            zk_hosts,
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+        env={"ZKCOORD_HOME": str(tmp_path / "home")},
+    )
+    assert result.exit_code == 0, result.output
+    assert "p50 ms" in result.output and "x floor" in result.output  # the table
+    doc: dict[str, Any] = json.loads(out.read_text())
+
+    assert doc["schema"] == 1 and doc["benchmark"] == "rebalance"
+    assert doc["config"]["protocols"] == ["coordinator", "zk-client"]
+    assert doc["config"]["legacy_backoff_s"] == 0.2
+    floor = doc["floor"]["quiet"]
+    assert floor["samples"] > 0 and floor["write_ms"]["p50"] > 0 and floor["watch_ms"]["p50"] > 0
+    assert [p["protocol"] for p in doc["protocols"]] == ["coordinator", "zk-client"]
+    for run in doc["protocols"]:
+        assert run["formed"], run
+        assert run["error"] is None
+        assert run["floor_loaded"]["watch_ms"]["p50"] > 0
+        assert run["formation"]["attempts"] >= 1
+
+    assert {(r["protocol"], r["kind"]) for r in doc["summary"]} == {
+        (p, k) for p in ("coordinator", "zk-client") for k in ("join", "leave")
+    }
+    for row in doc["summary"]:
+        assert set(row) == SUMMARY_KEYS, set(row) ^ SUMMARY_KEYS
+        assert row["changes"] == row["completed"] == 1, row
+        assert set(row["latency_ms"]) == STATS_KEYS
+        assert row["latency_ms"]["p50"] > 0
+        assert row["stw_ms"]["p50"] >= 0 and row["gap_ms"]["p50"] > 0
+        assert row["zk_requests_per_rebalance"] > 0
+        assert row["x_floor_watch"] > 0 and row["x_floor_write"] > 0
+        assert row["attempts"] >= 1
+        assert row["failures"] == 0 and row["rejected"] == 0
+        # No "zookeeper": the run used an existing one (--zk), whose CPU time counts under "others".
+        assert set(row["cpu_ms_p50"]) == {"broker", "workers", "driver", "others", "kernel"}
+    assert doc["comparison"]["join_legacy_over_coordinator"] > 0
+
+    changes = doc["changes"]
+    assert len(changes) == 4
+    for change in changes:
+        assert set(change) == CHANGE_KEYS, set(change) ^ CHANGE_KEYS
+        assert change["completed"] is True
+        assert change["latency_ms"] > 0
+        assert change["start_ts"] <= change["trigger_ts"] <= change["done_ts"]
+        assert change["from_command_ms"] >= change["latency_ms"]
+        assert change["members_after"] == change["members_before"] + (1 if change["kind"] == "join" else -1)
+        assert change["zk_requests"] > 0 and change["zk_writes"] > 0
+    coordinator_join = next(c for c in changes if c["protocol"] == "coordinator" and c["kind"] == "join")
+    steps = coordinator_join["breakdown_ms"]
+    assert steps["requested"] <= steps["started"] <= steps["barrier"] <= steps["start_applied_last"]
+    # The journals of the run are kept with --run-dir: every worker, the broker.
+    roles = {p.name.split(".")[0] for p in (tmp_path / "run" / "journal").glob("*.jsonl")}
+    assert {"broker-1", "consumer-bench0"} <= roles
+
+
+@pytest.mark.timeout(120)
+def test_subprocess_run_with_its_own_zookeeper(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from zkcoord.cli.bench_cmd import bench; bench()",
+            "rebalance",
+            "--protocol",
+            "coordinator",
+            "--consumers",
+            "2",
+            "--partitions",
+            "4",
+            "--trials",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=_bench_env(tmp_path),
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "[coordinator] trial 1/1 join" in proc.stderr  # progress while it runs
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["zookeeper"]["started"] is True
+    assert [r["completed"] for r in doc["summary"]] == [1, 1]
+    assert all(r["cpu_ms_p50"]["zookeeper"] is not None for r in doc["summary"])
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["--zk", "127.0.0.1:1", "--consumers", "1", "--partitions", "1"], 1, "127.0.0.1:1"),
+        (["--consumers", "0"], 2, "--consumers"),
+        (["--protocol", "kafka"], 2, "--protocol"),
+    ],
+)
+def test_errors_are_one_line_and_non_zero(tmp_path: Path, args: list[str], status: int, message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from zkcoord.cli.bench_cmd import bench; bench()", "rebalance", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_bench_env(tmp_path),
+        check=False,
+    )
+    assert proc.returncode == status, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+# --- the measurements, on hand-made events -------------------------------------------------------------------------
+
+
+_SEQ = itertools.count(1)
+
+
+def _ev(ts: int, ev: str, **fields: Any) -> Event:
+    return Event(ts, 1, next(_SEQ), ev, {"group": "g", **fields})
+
+
+def _fetch(ts: int, started: bool, consumer: str, partition: int) -> Event:
+    ev = "fetch.started" if started else "fetch.stopped"
+    return _ev(ts, ev, consumer=consumer, thread=f"{consumer}-0", topic="t", partition=partition)
+
+
+def test_outage_measures_stop_the_world_and_gaps() -> None:
+    initial = [{("a", "a-0")}, {("b", "b-0")}]
+    events = [
+        _fetch(100, False, "a", 0),  # partition 0 unfetched from 100
+        _fetch(110, False, "b", 1),  # nothing fetched from 110 ...
+        _fetch(150, True, "b", 0),  # ... to 150
+        _fetch(170, True, "a", 1),
+    ]
+    lost = outage(initial, events, "t", start_ms=90, end_ms=200)
+    assert (lost.stw_ms, lost.gap_ms, lost.unfetched_ms) == (40, 60, 50 + 60)
+    # No instant without any partition: no stop-the-world, only gaps.
+    staggered = [_fetch(100, False, "a", 0), _fetch(105, True, "b", 0), _fetch(110, False, "b", 1)]
+    staggered.append(_fetch(120, True, "a", 1))
+    lost = outage(initial, staggered, "t", start_ms=90, end_ms=200)
+    assert (lost.stw_ms, lost.gap_ms) == (0, 10)
+
+
+def test_tracker_settles_at_the_event_that_completes_the_new_assignment() -> None:
+    legacy = GroupTracker("g", "zk-client", "t", 2)
+    a, b = "g_h-1-aaaaaaaa", "g_h-1-bbbbbbbb"
+    owners = expected_owners([a, b], "t", 2)
+    assert owners == [f"{a}-0", f"{b}-0"]
+    legacy.set_members([a])
+    for e in [
+        _fetch(1, True, a, 0),
+        _fetch(1, True, a, 1),
+        _ev(2, "legacy.rebalance.completed", consumer=a, members=1),
+    ]:
+        legacy.apply(e)
+    assert legacy.settled()
+    legacy.set_members([a, b])
+    legacy.arm()
+    steps = [
+        _fetch(10, False, a, 0),
+        _fetch(10, False, a, 1),
+        _fetch(12, True, a, 0),
+        _ev(13, "legacy.rebalance.completed", consumer=a, members=2),
+        _ev(14, "legacy.rebalance.conflict", consumer=b, partition=1),
+        _fetch(30, True, b, 1),
+    ]
+    for e in steps:
+        legacy.apply(e)
+        assert legacy.settled_at is None
+    done = _ev(31, "legacy.rebalance.completed", consumer=b, members=2)
+    legacy.apply(done)
+    assert legacy.settled_at is done and legacy.settled()

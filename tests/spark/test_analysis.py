@@ -1,0 +1,152 @@
+"""``run_analysis`` end to end on crafted journals: exact counts for every property, damage skipped and counted,
+tables written, the report rendered.  One analysis of three runs side by side serves the whole module."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.spark.journals import DAMAGE, EXPECTED, clean_run, damaged_run, finish, violations_run
+from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
+from zkcoord.journal import ReadStats, read_journal
+
+pytestmark = pytest.mark.spark
+
+TABLES = (
+    "terms",
+    "rebalances",
+    "ownership",
+    "consumption",
+    "missing_ranges",
+    "duplicate_ranges",
+    "commands",
+    "faults",
+    "overlaps",
+    "stale_applied",
+    "deposed_writes",
+    "progress",
+    "outside_ownership",
+    "events/kind=produced",
+    "events/kind=consumed",
+    "events/kind=other",
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("runs")
+    finish(clean_run(base / "clean"))
+    violations_run(base / "violations")
+    damaged_run(base / "damaged")
+    return base
+
+
+@pytest.fixture(scope="module")
+def verdict(spark: SparkSession, runs: Path) -> Verdict:
+    # the damaged run is given as its journal directory, the others as run directories
+    return run_analysis([runs / "clean", runs / "violations", runs / "damaged" / "journal"], runs / "out")
+
+
+def test_clean_run_passes_every_property(verdict: Verdict) -> None:
+    clean = verdict.run("clean")
+    assert clean.ok
+    assert {p.key: p.count for p in clean.properties} == dict.fromkeys(("S1", "S2", "S3", "S4", "S5"), 0)
+    assert clean.property("S3").details["expected"] == 200
+    assert clean.rebalances["completed"] == 2
+
+
+def test_each_violation_is_found_with_its_exact_count(verdict: Verdict) -> None:
+    bad = verdict.run("violations")
+    assert not bad.ok and not verdict.ok
+    assert {p.key: p.count for p in bad.properties} == EXPECTED
+    s1, s2, s3 = bad.property("S1").details, bad.property("S2").details, bad.property("S3").details
+    assert (s1["deposed_writes"], s1["epoch_regressions"], s1["max_epoch"]) == (1, 0, 2)
+    assert (s2["overlapping_pairs"], s2["deliveries_outside_ownership"]) == (1, 1)
+    assert s3["examples"] == [{"group": "g", "topic": "t", "partition": 0, "first": 120, "last": 129, "count": 10}]
+    s4, s5 = bad.property("S4").details, bad.property("S5").details
+    assert (s4["duplicate_offsets"], s4["after_crash"], s4["clean"]) == (35, 30, 5)
+    assert s5["stale_by_option"] == {"start-fetcher": 1, "stop-fetcher": 1}
+    assert s5["rejected_by_reason"] == {"stale": 1}
+    assert bad.rebalances["unfinished"] == 1
+
+
+def test_damage_is_skipped_and_counted_like_the_reference_reader(verdict: Verdict, runs: Path) -> None:
+    damaged = verdict.run("damaged")
+    read = damaged.read
+    got = {k: getattr(read, k) for k in DAMAGE}
+    assert got == DAMAGE
+    assert read.unknown_types == {"consumer.teleported": 1}
+    assert damaged.ok, "damage that is skipped must not be mistaken for a violation"
+    stats = ReadStats()
+    events = list(read_journal(runs / "damaged" / "journal", stats))
+    assert (read.truncated, read.malformed, read.newer_schema) == (stats.truncated, stats.malformed, stats.newer_schema)
+    assert read.events == len(events) - read.unknown_event - read.incomplete
+    assert read.lines == stats.lines
+
+
+def test_tables_and_verdict_json_are_written(verdict: Verdict, runs: Path, spark: SparkSession) -> None:
+    out = runs / "out"
+    for name in TABLES:
+        assert list((out / "tables" / name).glob("*.parquet")), name
+    saved = json.loads((out / "verdict.json").read_text())
+    assert saved["ok"] is False
+    assert [r["run"] for r in saved["runs"]] == ["clean", "violations", "damaged"]
+    assert saved["runs"][1]["properties"]["S3"]["count"] == EXPECTED["S3"]
+    row = (
+        spark.read.parquet(str(out / "tables" / "consumption"))
+        .where("run = 'violations' AND topic = 't' AND partition = 0")
+        .collect()
+    )
+    assert [(r["missing_offsets"], [(m["first"], m["last"]) for m in r["missing_ranges"]]) for r in row] == [
+        (10, [(120, 129)])
+    ]
+    intervals = spark.read.parquet(str(out / "tables" / "ownership")).where("run = 'violations'").count()
+    assert intervals == 7
+
+
+def test_report_references_every_plot(verdict: Verdict, runs: Path) -> None:
+    out = runs / "out"
+    page = (out / "report.html").read_text()
+    images = set(re.findall(r'<img src="([^"]+)"', page))
+    pngs = {p.name for p in out.glob("*.png")}
+    assert images == pngs and len(pngs) == 9  # three plots for each of three runs
+    for name in pngs:
+        assert (out / name).stat().st_size > 1000
+    for run in ("clean", "violations", "damaged"):
+        assert run in page
+
+
+def test_verdict_table_shows_runs_side_by_side(verdict: Verdict) -> None:
+    table = verdict.table()
+    header = table.splitlines()[0].split()
+    assert header == ["property", "clean", "violations", "damaged"]
+    s3 = next(line for line in table.splitlines() if line.startswith("S3"))
+    assert re.search(r"0 PASS\s+10 FAIL\s+0 PASS", s3)
+
+
+def test_a_journal_of_a_newer_schema_only_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    journal = tmp_path / "run" / "journal"
+    journal.mkdir(parents=True)
+    line = {"v": 9, "ts": 1, "mono": 1, "seq": 1, "role": "r", "pid": 1, "ev": "zk.state"}
+    (journal / "r.1.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(JournalRefusedError, match=r"no usable event in 1 line\(s\) \(1 skipped: 1 newer_schema\)"):
+        run_analysis([tmp_path / "run"], tmp_path / "out")
+
+
+def test_a_directory_without_journal_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoJournalError, match=r"no journal in .*empty"):
+        run_analysis([tmp_path / "empty"], tmp_path / "out")
+
+
+def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zkcoord.analysis import session
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
+    with pytest.raises(SparkUnavailableError, match=r"Java not found.*needs Java 17"):
+        session.get_spark("local[1]")

@@ -1,0 +1,43 @@
+"""``zkcoord analyze`` through click's CliRunner: the exit code says whether a property was violated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from tests.spark.journals import EXPECTED, clean_run, finish, violations_run
+from zkcoord.cli.analyze_cmd import analyze
+
+pytestmark = pytest.mark.spark
+
+
+def test_clean_run_exits_zero_and_prints_the_table(spark: SparkSession, tmp_path: Path) -> None:
+    finish(clean_run(tmp_path / "clean"))
+    result = CliRunner().invoke(analyze, [str(tmp_path / "clean"), "--no-report", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "S2 no double ownership" in result.output
+    assert "verdict: PASS" in result.output
+    assert (tmp_path / "clean" / "analysis" / "verdict.json").is_file()
+
+
+def test_a_violation_exits_non_zero_with_the_json_verdict(spark: SparkSession, tmp_path: Path) -> None:
+    violations_run(tmp_path / "bad")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(analyze, [str(tmp_path / "bad"), "--out", str(out), "--json", "--no-report", "-q"])
+    assert result.exit_code == 1, result.output
+    verdict = json.loads(result.stdout)
+    assert {k: v["count"] for k, v in verdict["runs"][0]["properties"].items()} == EXPECTED
+    assert not (out / "report.html").exists()
+
+
+def test_no_journal_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "nothing").mkdir()
+    result = CliRunner().invoke(analyze, [str(tmp_path / "nothing"), "-q"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"Error: no journal in {tmp_path / 'nothing'}: expected "
+                                                   f"{tmp_path / 'nothing'}/journal/*.jsonl or "
+                                                   f"{tmp_path / 'nothing'}/*.jsonl"]  # fmt: skip

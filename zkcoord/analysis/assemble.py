@@ -1,0 +1,220 @@
+"""From the computed tables to one :class:`~zkcoord.analysis.verdict.RunVerdict` per run.
+
+Spark aggregates every table per run in one job (long rows ``run, metric, value, text``); the rest is plain Python.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from zkcoord.analysis.load import RunInput
+from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict
+
+Rows = dict[str, dict[str, Any]]
+
+#: How many offending rows of each kind verdict.json lists (the tables hold them all).
+EXAMPLES = 10
+
+OUTCOMES = ("completed", "aborted", "retrying", "failed", "unfinished")
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The DataFrames the verdict is computed from (all keyed by ``run``)."""
+
+    terms: DataFrame
+    deposed: DataFrame
+    intervals: DataFrame
+    overlaps: DataFrame
+    outside: DataFrame
+    missing: DataFrame
+    duplicates: DataFrame
+    consumption: DataFrame
+    stale: DataFrame
+    rejections: DataFrame
+    rebalances: DataFrame
+    faults: DataFrame
+
+
+def metrics(df: DataFrame, **aggs: Column) -> DataFrame:
+    """Aggregate ``df`` per run into long rows ``run, metric, value, text`` (text null), one per aggregate."""
+    wide = df.groupBy("run").agg(*[c.cast("double").alias(k) for k, c in aggs.items()])
+    pairs = F.array(*[F.struct(F.lit(k).alias("metric"), F.col(k).alias("value")) for k in aggs])
+    return wide.select("run", F.explode(pairs).alias("m")).select(
+        "run", "m.metric", "m.value", F.lit(None).cast("string").alias("text")
+    )
+
+
+def examples(df: DataFrame, name: str, order: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """Up to :data:`EXAMPLES` rows per run as JSON: ``run, metric (example:<name>), value (rank), text``."""
+    rank = F.row_number().over(Window.partitionBy("run").orderBy(*order))
+    return (
+        df.withColumn("_n", rank)
+        .where(F.col("_n") <= EXAMPLES)
+        .select(
+            "run",
+            F.lit(f"example:{name}").alias("metric"),
+            F.col("_n").cast("double").alias("value"),
+            F.to_json(F.struct(*columns)).alias("text"),
+        )
+    )
+
+
+def _collect(parts: Sequence[DataFrame]) -> tuple[Rows, dict[str, dict[str, list[dict[str, Any]]]]]:
+    """One Spark job for every number of the verdict: ``({run: {metric: value}}, {run: {name: [example]}})``."""
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    numbers: Rows = {}
+    found: dict[str, dict[str, list[tuple[float, dict[str, Any]]]]] = {}
+    for row in union.collect():
+        metric = str(row["metric"])
+        if metric.startswith("example:"):
+            found.setdefault(row["run"], {}).setdefault(metric[8:], []).append((row["value"], json.loads(row["text"])))
+        else:
+            numbers.setdefault(row["run"], {})[metric] = row["value"]
+    shown = {
+        run: {k: [e for _, e in sorted(v, key=lambda x: x[0])] for k, v in kinds.items()}
+        for run, kinds in found.items()
+    }
+    return numbers, shown
+
+
+def run_verdicts(
+    t: Tables, runs: Sequence[RunInput], reads: dict[str, ReadCounts], invalid_regexes: Sequence[str]
+) -> list[RunVerdict]:
+    """Aggregate the tables per run (one Spark job) and judge S1-S5 (definitions in docs/analysis.md)."""
+    n = F.count(F.lit(1))
+    parts = [
+        metrics(t.terms, elections=n, regressions=F.count_if("epoch_regression"), max_epoch=F.max("epoch")),
+        metrics(t.deposed, deposed=n),
+        metrics(t.overlaps, overlaps=n),
+        metrics(t.outside, outside=n),
+        metrics(t.intervals, intervals=n),
+        metrics(t.missing, missing=F.sum("count"), missing_ranges=n),
+        metrics(t.duplicates, dups=F.sum("count"), after_crash=F.sum(F.when(F.col("after_crash"), F.col("count")))),
+        metrics(
+            t.consumption,
+            expected=F.sum(F.when(F.col("subscribed"), F.col("produced"))),
+            delivered=F.sum("delivered"),
+            consumed_distinct=F.sum("consumed_distinct"),
+            duplicate_deliveries=F.sum("duplicate_deliveries"),
+            groups=F.count_distinct("group"),
+        ),
+        metrics(
+            t.stale,
+            stale=n,
+            stale_start=F.count_if(F.col("option") == "start-fetcher"),
+            stale_stop=F.count_if(F.col("option") == "stop-fetcher"),
+        ),
+        metrics(
+            t.rebalances,
+            attempts=n,
+            moved=F.sum("moved"),
+            **{o: F.count_if(F.col("outcome") == o) for o in OUTCOMES},
+            **{
+                f"{c}_{q}": F.percentile(F.col(c), p)
+                for c in ("latency_ms", "stw_ms")
+                for q, p in (("p50", 0.5), ("p95", 0.95))
+            },
+            latency_ms_max=F.max("latency_ms"),
+            stw_ms_max=F.max("stw_ms"),
+        ),
+        metrics(t.faults, faults=n),
+        t.rejections.select(
+            "run",
+            F.concat(F.lit("rejected:"), F.col("reason")).alias("metric"),
+            F.col("count").cast("double").alias("value"),
+            F.lit(None).cast("string").alias("text"),
+        ),
+        examples(
+            t.overlaps,
+            "overlaps",
+            ["group", "topic", "partition", "start_a"],
+            ["group", "topic", "partition", "consumer_a", "start_a", "end_a", "consumer_b", "start_b", "end_b",
+             "overlap_ms"],
+        ),
+        examples(
+            t.missing, "missing", ["group", "topic", "partition", "first"],
+            ["group", "topic", "partition", "first", "last", "count"],
+        ),
+        examples(
+            t.stale, "stale", ["applied_ts"],
+            ["group", "consumer", "option", "epoch", "generation", "applied_ts", "why"],
+        ),
+    ]  # fmt: skip
+    numbers, shown = _collect(parts)
+    return [
+        _judge(run, reads[run.name], numbers.get(run.name, {}), shown.get(run.name, {}), invalid_regexes)
+        for run in runs
+    ]
+
+
+def _judge(
+    run: RunInput,
+    read: ReadCounts,
+    m: dict[str, Any],
+    shown: dict[str, list[dict[str, Any]]],
+    invalid_regexes: Sequence[str],
+) -> RunVerdict:
+    def n(key: str) -> int:
+        value = m.get(key)
+        return int(value) if value is not None else 0
+
+    rejected = {k[9:]: n(k) for k in m if k.startswith("rejected:")}
+    props = (
+        PropertyResult("S1", PROPERTIES["S1"], n("deposed") + n("regressions"), {
+            "deposed_writes": n("deposed"),
+            "epoch_regressions": n("regressions"),
+            "elections": n("elections"),
+            "max_epoch": n("max_epoch") if m.get("max_epoch") is not None else None,
+        }),
+        PropertyResult("S2", PROPERTIES["S2"], n("overlaps") + n("outside"), {
+            "overlapping_pairs": n("overlaps"),
+            "deliveries_outside_ownership": n("outside"),
+            "intervals": n("intervals"),
+            "examples": shown.get("overlaps", []),
+        }),
+        PropertyResult("S3", PROPERTIES["S3"], n("missing"), {
+            "missing_offsets": n("missing"),
+            "missing_ranges": n("missing_ranges"),
+            "expected": n("expected"),
+            "consumed_distinct": n("consumed_distinct"),
+            "groups": n("groups"),
+            "invalid_regexes": list(invalid_regexes),
+            "examples": shown.get("missing", []),
+        }),
+        PropertyResult("S4", PROPERTIES["S4"], n("dups") - n("after_crash"), {
+            "duplicate_offsets": n("dups"),
+            "after_crash": n("after_crash"),
+            "clean": n("dups") - n("after_crash"),
+            "duplicate_deliveries": n("duplicate_deliveries"),
+            "delivered": n("delivered"),
+        }),
+        PropertyResult("S5", PROPERTIES["S5"], n("stale"), {
+            "stale_applied": n("stale"),
+            "stale_by_option": {"start-fetcher": n("stale_start"), "stop-fetcher": n("stale_stop")},
+            "rejected": sum(rejected.values()),
+            "rejected_by_reason": rejected,
+            "examples": shown.get("stale", []),
+        }),
+    )  # fmt: skip
+    rebalances: dict[str, Any] = {k: n(k) for k in ("attempts", *OUTCOMES, "moved")}
+    for c in ("latency_ms", "stw_ms"):
+        for q in ("p50", "p95", "max"):
+            value = m.get(f"{c}_{q}")
+            rebalances[f"{c}_{q}"] = None if value is None else round(float(value), 2)
+    return RunVerdict(
+        run=run.name,
+        journal=str(run.journal_dir),
+        read=read,
+        properties=props,
+        rebalances=rebalances,
+        faults=n("faults"),
+    )

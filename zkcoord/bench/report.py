@@ -1,0 +1,178 @@
+"""The end-of-run table of ``zkcoord bench rebalance``, from its JSON document (so a saved run prints the same)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_COLUMNS = (
+    ("protocol", "<11"),
+    ("change", "<6"),
+    ("cons", ">5"),
+    ("parts", ">5"),
+    ("trials", ">6"),
+    ("done", ">7"),
+    ("p50 ms", ">8"),
+    ("p95 ms", ">8"),
+    ("max ms", ">8"),
+    ("STW p50", ">8"),
+    ("gap p50", ">8"),
+    ("ZK req", ">7"),
+    ("confl", ">6"),
+    ("retries", ">7"),
+    ("failed", ">6"),
+    ("x floor", ">8"),
+)
+
+_COORDINATOR_STEPS = (
+    ("requested", "requested"),
+    ("started", "started"),
+    ("stop_applied_first", "1st stop"),
+    ("stop_applied_last", "last stop"),
+    ("barrier", "barrier"),
+    ("start_applied_first", "1st start"),
+    ("start_applied_last", "last start"),
+    ("completed", "completed"),
+)
+_LEGACY_STEPS = (
+    ("first_attempt", "1st attempt"),
+    ("first_conflict", "1st conflict"),
+    ("first_completed", "1st done"),
+    ("last_completed", "last done"),
+)
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:,.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text  # no "-0"
+
+
+def _row(cells: list[str]) -> str:
+    return " ".join(f"{cell:{spec}}" for cell, (_, spec) in zip(cells, _COLUMNS, strict=True))
+
+
+def format_table(document: dict[str, Any]) -> list[str]:
+    header = _row([name for name, _ in _COLUMNS])
+    lines = [header, "-" * len(header)]
+    for r in document["summary"]:
+        lat = r["latency_ms"] or {}
+        stw = r["stw_ms"] or {}
+        gap = r["gap_ms"] or {}
+        retries = r["retries"] + r["aborted"]
+        x = r["x_floor_watch"]
+        lines.append(
+            _row(
+                [
+                    r["protocol"],
+                    r["kind"],
+                    str(r["consumers"]),
+                    str(r["partitions"]),
+                    str(r["trials"]),
+                    f"{r['completed']}/{r['changes']}",
+                    _num(lat.get("p50")),
+                    _num(lat.get("p95")),
+                    _num(lat.get("max")),
+                    _num(stw.get("p50")),
+                    _num(gap.get("p50")),
+                    _num(r["zk_requests_per_rebalance"]),
+                    str(r["conflicts"]),
+                    str(retries),
+                    str(r["failures"]),
+                    "-" if x is None else f"{x:,.1f}x",
+                ]
+            )
+        )
+    return lines
+
+
+def format_notes(document: dict[str, Any]) -> list[str]:
+    cfg = document["config"]
+    floor = document["floor"]["quiet"]
+    lines = [
+        f"ZooKeeper floor (quiet server, medians of {floor['samples']}): a write {floor['write_ms']['p50']:.2f} ms, "
+        f"a write seen through another session's watch {floor['watch_ms']['p50']:.2f} ms.",
+    ]
+    for run in document["protocols"]:
+        formation = ", ".join(f"{v} {k}" for k, v in (run.get("formation") or {}).items() if v)
+        settled = "settled" if run["formed"] else "did NOT settle"
+        lines.append(
+            f"{run['protocol']}: forming the group(s) (every consumer starting at once) {settled} in "
+            f"{_num(run['form_s'], 1)} s ({formation or 'no events'})"
+        )
+        loaded = run["floor_loaded"]
+        if loaded:
+            lines.append(
+                f"  with the {run['protocol']} groups formed and idle: write {loaded['write_ms']['p50']:.2f} ms, "
+                f"watched {loaded['watch_ms']['p50']:.2f} ms"
+            )
+        if run["error"] and run["formed"]:
+            lines.append(f"  {run['protocol']}: {run['error']}")
+    lines += [
+        "p50/p95/max: trigger (the member znode created / deleted) -> every member fetches its new share, in ms.",
+        "STW: the longest interval with no partition of the group fetched; gap: the longest one partition was not.",
+        "ZK req: requests per rebalance (server counters, background subtracted); x floor: p50 over the watched write.",
+        f"{cfg['groups']} group(s) of {cfg['consumers']} consumers in {cfg['workers']} worker processes per protocol;"
+        f" session timeout {cfg['session_timeout_s']:g} s.",
+    ]
+    if "zk-client" in cfg["protocols"]:
+        lines.append(
+            f"zk-client: rebalance.backoff {cfg['legacy_backoff_s']:g} s, rebalance.max.retries "
+            f"{cfg['legacy_max_retries']} (Kafka 0.8.2's defaults: 2 s, 4); retries counts legacy.rebalance.retrying."
+        )
+    if "coordinator" in cfg["protocols"]:
+        lines.append("coordinator: retries counts rebalance.retrying and rebalance.aborted.")
+    for kind in ("join", "leave"):
+        ratio = document["comparison"].get(f"{kind}_legacy_over_coordinator")
+        if ratio is not None:
+            lines.append(f"{kind}: the zk-client p50 is {ratio:g}x the coordinator's.")
+    return lines
+
+
+def format_breakdown(document: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for protocol, steps in (("coordinator", _COORDINATOR_STEPS), ("zk-client", _LEGACY_STEPS)):
+        rows = [r for r in document["summary"] if r["protocol"] == protocol and r["completed"]]
+        if not rows:
+            continue
+        lines.append(f"{protocol}: when each step happened, p50 ms after the trigger")
+        lines.append(f"  {'change':<6} " + " ".join(f"{label:>12}" for _, label in steps))
+        for r in rows:
+            values = r["breakdown_ms_p50"]
+            lines.append(f"  {r['kind']:<6} " + " ".join(f"{_num(values.get(key)):>12}" for key, _ in steps))
+    return lines
+
+
+def format_cpu(document: dict[str, Any]) -> list[str]:
+    """CPU time of each role per change (p50), against the window it was measured over."""
+    roles = ("zookeeper", "broker", "workers", "driver")
+    cpus = document["meta"].get("cpus") or 1
+    lines = [
+        "CPU time per change, p50 ms; the run's roles with the background subtracted, the rest raw: others = other",
+        "processes of the machine, kernel = busy beyond any process (interrupts); settle = command -> settled, p50 ms;",
+        f"busy = the run's CPU time over settle x {cpus} CPUs",
+        f"  {'protocol':<11} {'change':<6} "
+        + " ".join(f"{r:>9}" for r in (*roles, "others", "kernel"))
+        + f" {'settle':>9} {'busy':>6}",
+    ]
+    for r in document["summary"]:
+        cpu = r.get("cpu_ms_p50") or {}
+        settle = r.get("from_command_ms_p50")
+        known = [v for v in (cpu.get(role) for role in roles) if v is not None]
+        busy = f"{sum(known) / (settle * cpus) * 100:.0f}%" if settle and known else "-"
+        lines.append(
+            f"  {r['protocol']:<11} {r['kind']:<6} "
+            + " ".join(f"{_num(cpu.get(role)):>9}" for role in (*roles, "others", "kernel"))
+            + f" {_num(settle):>9} {busy:>6}"
+        )
+    return lines
+
+
+def format_report(document: dict[str, Any]) -> str:
+    parts = ["", *format_table(document), "", *format_notes(document)]
+    breakdown = format_breakdown(document)
+    if breakdown:
+        parts += ["", *breakdown]
+    if document["summary"]:
+        parts += ["", *format_cpu(document)]
+    return "\n".join(parts)

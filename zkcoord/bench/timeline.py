@@ -1,0 +1,375 @@
+"""The run's journals as per-group state, and the measurements of one membership change.
+
+:class:`JournalTail` reads the journal directory incrementally (every process appends to its own file, whole lines
+only; a line still being written is kept for the next read).  :class:`GroupTracker` folds one group's events into
+its ownership state (who fetches which partition, from ``fetch.started`` / ``fetch.stopped``) and its protocol's
+progress, and says when the group is *settled*:
+
+* every partition is fetched by exactly one thread, the one Kafka's range assignor gives it over the group's current
+  members (the assignment both protocols compute, ``zkcoord.assignors.range_assign``);
+* ``coordinator``: the newest rebalance the coordinator started is completed, with exactly the current members,
+  no request is pending, and every member applied that generation's start-fetcher;
+* ``zk-client``: every member's last ``legacy.*`` event is ``legacy.rebalance.completed`` with a member count equal
+  to the group's size (each member saw the whole group and fetches what it claimed).
+
+Once armed for a change, the tracker notes the first event at which the group became settled: its timestamp ends the
+change.  :func:`outage` and :func:`count_events` measure the change from the events in between (pure functions).
+
+Timestamps are the journals' wall-clock milliseconds (``ts``): every process runs on this machine, so they share one
+clock; ``mono`` is per process and is used for nothing here.  Events are ordered by ``(ts, pid, seq)``: exact within a
+process, to the millisecond across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from zkcoord.assignors import range_assign
+
+COORDINATOR = "coordinator"
+LEGACY = "zk-client"
+PROTOCOLS = (COORDINATOR, LEGACY)
+
+#: The events that end a member's part of a rebalance (its fetchers run on its new share).
+_LEGACY_DONE = "legacy.rebalance.completed"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One journal line: the core fields the benchmark uses, and the event's own fields."""
+
+    ts: int
+    pid: int
+    seq: int
+    ev: str
+    fields: dict[str, Any]
+
+    @property
+    def group(self) -> str | None:
+        group = self.fields.get("group")
+        return group if isinstance(group, str) else None
+
+    def sort_key(self) -> tuple[int, int, int]:
+        return (self.ts, self.pid, self.seq)
+
+
+def parse_line(raw: bytes) -> Event | None:
+    """An :class:`Event` from one complete journal line, or ``None`` for a line that is not a valid event."""
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    try:
+        ts, pid, seq, ev = int(obj.pop("ts")), int(obj.pop("pid")), int(obj.pop("seq")), str(obj.pop("ev"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return Event(ts, pid, seq, ev, obj)
+
+
+class JournalTail:
+    """Reads the new complete lines of every ``*.jsonl`` file in a directory, file by file, on each :meth:`read`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._offsets: dict[Path, int] = {}
+        self._partial: dict[Path, bytes] = {}
+        self.malformed = 0
+
+    def read(self) -> list[Event]:
+        """Every event appended since the last call, sorted by ``(ts, pid, seq)``."""
+        out: list[Event] = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                continue
+            offset = self._offsets.get(path, 0)
+            if size <= offset:
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, size - offset, offset)
+            finally:
+                os.close(fd)
+            self._offsets[path] = offset + len(data)
+            lines = (self._partial.pop(path, b"") + data).split(b"\n")
+            if lines[-1]:
+                self._partial[path] = lines[-1]
+            for raw in lines[:-1]:
+                event = parse_line(raw)
+                if event is None:
+                    self.malformed += 1
+                else:
+                    out.append(event)
+        out.sort(key=Event.sort_key)
+        return out
+
+
+def consumer_of_thread(thread: str) -> str:
+    """The consumer id of a thread id ``<consumerId>-<n>``."""
+    return thread.rpartition("-")[0]
+
+
+def expected_owners(members: Iterable[str], topic: str, partitions: int) -> list[str | None]:
+    """The owning thread of each partition under Kafka's range assignor, one thread per member."""
+    assignment = range_assign({m: {topic: 1} for m in members}, {topic: partitions}).get(topic, {})
+    return [assignment.get(p) for p in range(partitions)]
+
+
+@dataclass
+class GroupTracker:
+    """One group's ownership state and protocol progress, folded from its journal events (see the module doc)."""
+
+    name: str
+    protocol: str
+    topic: str
+    partitions: int
+    members: frozenset[str] = frozenset()
+    events: list[Event] = field(default_factory=list)
+    #: partition -> the (consumer, thread) pairs fetching it now
+    owners: list[set[tuple[str, str]]] = field(default_factory=list)
+    #: the first event at which the group was settled since :meth:`arm`; None while it is not yet
+    settled_at: Event | None = None
+    #: how often the group left the settled state again after ``settled_at`` (a late extra rebalance)
+    reopened: int = 0
+    #: coordinator: the generation the group settled on (the newest started then); -1 before
+    settled_generation: int = -1
+    armed: bool = False
+    _expected: list[str | None] = field(default_factory=list)
+    _mismatched: set[int] = field(default_factory=set)
+    _last_legacy: dict[str, Event] = field(default_factory=dict)
+    _unfinished: set[str] = field(default_factory=set)
+    _start_gen: dict[str, int] = field(default_factory=dict)
+    _gen_members: dict[int, frozenset[str]] = field(default_factory=dict)
+    _latest_started: int = -1
+    _latest_completed: int = -1
+    _pending_request: bool = False
+    _lagging: set[str] = field(default_factory=set)
+    _was_settled: bool = False
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}")
+        self.owners = [set() for _ in range(self.partitions)]
+        self.set_members(self.members)
+
+    # --- membership (the driver knows it: it adds and removes the consumers) ------------------------------------
+
+    def set_members(self, members: Iterable[str]) -> None:
+        self.members = frozenset(members)
+        self._expected = expected_owners(sorted(self.members), self.topic, self.partitions)
+        self._mismatched = {p for p in range(self.partitions) if not self._matches(p)}
+        self._unfinished = {m for m in self.members if not self._legacy_done(m)}
+        self._lagging = {m for m in self.members if self._start_gen.get(m) != self._latest_started}
+
+    def arm(self) -> None:
+        """Start looking for the first settled moment of a change (membership already set)."""
+        self.armed = True
+        self.settled_at = None
+        self.reopened = 0
+        self._was_settled = False
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    # --- events -------------------------------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Fold one event of this group (the caller routes by ``event.group``) into the state."""
+        self.events.append(event)
+        if event.ev in ("fetch.started", "fetch.stopped"):
+            self._apply_fetch(event)
+        elif event.ev.startswith("legacy."):
+            self._apply_legacy(event)
+        else:
+            self._apply_coordinator(event)
+        if self.armed:
+            settled = self.settled()
+            if settled and self.settled_at is None:
+                self.settled_at = event
+                self.settled_generation = self._latest_started
+            elif not settled and self._was_settled:
+                self.reopened += 1
+            self._was_settled = settled
+
+    def _apply_fetch(self, event: Event) -> None:
+        f = event.fields
+        if f.get("topic") != self.topic:
+            return
+        p = int(f["partition"])
+        if not 0 <= p < self.partitions:
+            return
+        holder = (str(f["consumer"]), str(f["thread"]))
+        if event.ev == "fetch.started":
+            self.owners[p].add(holder)
+        else:
+            self.owners[p].discard(holder)
+        if self._matches(p):
+            self._mismatched.discard(p)
+        else:
+            self._mismatched.add(p)
+
+    def _apply_legacy(self, event: Event) -> None:
+        consumer = str(event.fields.get("consumer"))
+        self._last_legacy[consumer] = event
+        if consumer in self.members:
+            if self._legacy_done(consumer):
+                self._unfinished.discard(consumer)
+            else:
+                self._unfinished.add(consumer)
+
+    def _apply_coordinator(self, event: Event) -> None:
+        f = event.fields
+        if event.ev == "rebalance.requested":
+            self._pending_request = True
+        elif event.ev == "rebalance.skipped":
+            self._pending_request = False
+        elif event.ev == "rebalance.started":
+            generation = int(f["generation"])
+            self._gen_members[generation] = frozenset(str(m) for m in f.get("members", []))
+            self._pending_request = False
+            if generation > self._latest_started:
+                self._latest_started = generation
+                self._lagging = {m for m in self.members if self._start_gen.get(m) != generation}
+        elif event.ev == "rebalance.completed":
+            self._latest_completed = max(self._latest_completed, int(f["generation"]))
+        elif event.ev == "command.applied" and f.get("option") == "start-fetcher":
+            consumer = str(f.get("consumer"))
+            self._start_gen[consumer] = int(f["generation"])
+            if self._start_gen[consumer] == self._latest_started:
+                self._lagging.discard(consumer)
+
+    def settled(self) -> bool:
+        if self._mismatched or not self.members:
+            return False
+        if self.protocol == LEGACY:
+            return not self._unfinished
+        return (
+            not self._pending_request
+            and self._latest_started == self._latest_completed
+            and self._gen_members.get(self._latest_started) == self.members
+            and not self._lagging
+        )
+
+    def progress(self) -> str:
+        """What the group still waits for, in a few words (for a timeout message)."""
+        fetched = sum(1 for s in self.owners if s)
+        parts = [f"{len(self.members)} members, {fetched}/{self.partitions} partitions fetched"]
+        parts.append(f"{len(self._mismatched)} not as assigned")
+        if self.protocol == LEGACY:
+            parts.append(f"{len(self._unfinished)} members not done rebalancing")
+        else:
+            parts.append(
+                f"generation started {self._latest_started}, completed {self._latest_completed}, "
+                f"{len(self._lagging)} members without its start"
+            )
+        return ", ".join(parts)
+
+    def snapshot(self) -> tuple[int, list[set[tuple[str, str]]]]:
+        """Where a change begins: the index of the next event, and a copy of the ownership state."""
+        return len(self.events), [set(s) for s in self.owners]
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _matches(self, p: int) -> bool:
+        holders = self.owners[p]
+        want = self._expected[p] if p < len(self._expected) else None
+        if want is None:
+            return not holders
+        return len(holders) == 1 and next(iter(holders))[1] == want
+
+    def _legacy_done(self, consumer: str) -> bool:
+        last = self._last_legacy.get(consumer)
+        return last is not None and last.ev == _LEGACY_DONE and last.fields.get("members") == len(self.members)
+
+
+# --- measurements of one change (pure) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """How fetching was interrupted between two instants (milliseconds).
+
+    :ivar stw_ms: the longest interval during which no partition of the group was fetched (0 if there was none).
+    :ivar gap_ms: the longest interval during which one partition was not fetched.
+    :ivar unfetched_ms: the sum over partitions of the time each was not fetched (partition-milliseconds).
+    """
+
+    stw_ms: int
+    gap_ms: int
+    unfetched_ms: int
+
+
+def outage(
+    initial: Sequence[set[tuple[str, str]]], events: Iterable[Event], topic: str, start_ms: int, end_ms: int
+) -> Outage:
+    """Replay ``fetch.started`` / ``fetch.stopped`` of ``topic`` over ``initial`` (who fetched what at ``start_ms``)
+    and measure the interruptions within ``[start_ms, end_ms]``.  Events outside the window are clipped to it."""
+    owners = [set(s) for s in initial]
+    fetched = sum(1 for s in owners if s)
+    since: list[int | None] = [None if s else start_ms for s in owners]
+    longest = [0] * len(owners)
+    unfetched = 0
+    zero_since: int | None = start_ms if fetched == 0 else None
+    stw = 0
+
+    def close_gap(p: int, at: int) -> None:
+        nonlocal unfetched
+        began = since[p]
+        if began is not None:
+            length = max(0, at - began)
+            longest[p] = max(longest[p], length)
+            unfetched += length
+            since[p] = None
+
+    for event in sorted(events, key=Event.sort_key):
+        if event.ev not in ("fetch.started", "fetch.stopped") or event.fields.get("topic") != topic:
+            continue
+        p = int(event.fields["partition"])
+        if not 0 <= p < len(owners):
+            continue
+        # A fetch stopped at its lease's deadline carries it (at_ms): fetching ended then, not when it was noticed.
+        ended = event.fields.get("at_ms") if event.ev == "fetch.stopped" else None
+        at = min(max(ended if isinstance(ended, int) else event.ts, start_ms), end_ms)
+        holder = (str(event.fields["consumer"]), str(event.fields["thread"]))
+        was = bool(owners[p])
+        if event.ev == "fetch.started":
+            owners[p].add(holder)
+        else:
+            owners[p].discard(holder)
+        now = bool(owners[p])
+        if was and not now:
+            since[p] = at
+            fetched -= 1
+            if fetched == 0:
+                zero_since = at
+        elif now and not was:
+            close_gap(p, at)
+            if fetched == 0 and zero_since is not None:
+                stw = max(stw, at - zero_since)
+                zero_since = None
+            fetched += 1
+    for p in range(len(owners)):
+        close_gap(p, end_ms)
+    if zero_since is not None:
+        stw = max(stw, end_ms - zero_since)
+    return Outage(stw_ms=stw, gap_ms=max(longest, default=0), unfetched_ms=unfetched)
+
+
+def count_events(events: Iterable[Event], *names: str) -> int:
+    wanted = set(names)
+    return sum(1 for e in events if e.ev in wanted)
+
+
+def first_ts(events: Iterable[Event], name: str, **match: object) -> int | None:
+    for e in events:
+        if e.ev == name and all(e.fields.get(k) == v for k, v in match.items()):
+            return e.ts
+    return None
