@@ -78,6 +78,7 @@ class Synth:
         self.coord, self.epoch, self.generation = self.brokers[0], 1, 0
         self.owner: dict[int, int] = {}
         self.late_stop: tuple[int, int, int] | None = None
+        self.stale_pending = False
         self.coord.emit(1_000_000, "coordinator.elected", '"broker":1,"epoch":1,"session":"0x1"')
         for i, c in enumerate(self.consumers):
             c.emit(1_000_001, "consumer.registered", f'{G},"consumer":"{_cid(i)}","pattern":"static",'
@@ -88,12 +89,10 @@ class Synth:
         self.epoch, self.coord = self.epoch + 1, self.brokers[1]
         self.coord.emit(ts + 1, "coordinator.elected", f'"broker":2,"epoch":{self.epoch},"session":"0x3"')
         self.producer.emit(ts + 1, "fault.injected", '"fault":"kill","target":"broker-1","detail":"SIGKILL"')
-        if self.violations:  # the deposed coordinator writes (S1); a consumer applies its old command (S5)
+        if self.violations:  # the deposed coordinator still writes (S1); its command is applied late (S5)
             old = f'"option":"stop-fetcher","epoch":{self.epoch - 1},"generation":{self.generation}'
             self.brokers[0].emit(ts + 2, "command.sent", f'{G},"consumer":"{_cid(0)}",{old},"partitions":1')
-            self.consumers[1].emit(
-                ts + 3, "command.applied", f'{G},"consumer":"{_cid(1)}","name":"x",{old},"partitions":0'
-            )
+            self.stale_pending = True
 
     def rebalance(self, ts: int, tick: int) -> None:
         self.generation += 1
@@ -116,6 +115,12 @@ class Synth:
                 coord.emit(ts + phase, "command.acked", cmd + ',"latency_ms":1.0')
             if phase == 1:
                 coord.emit(ts + 2, "rebalance.barrier", f'{G},"generation":{gen},"epoch":{epoch},"stop_ms":2.0')
+        if self.stale_pending:  # consumer 1 applies the deposed epoch's older command after this one (S5)
+            late = f'"option":"start-fetcher","epoch":{epoch - 1},"generation":{gen - 1}'
+            self.consumers[1].emit(
+                ts + 4, "command.applied", f'{G},"consumer":"{_cid(1)}","name":"x",{late},"partitions":0'
+            )
+            self.stale_pending = False
         coord.emit(ts + 4, "rebalance.completed", f'{G},"generation":{gen},"epoch":{epoch},"attempts":1,'
                    f'"latency_ms":4.0,"stop_ms":2.0,"start_ms":2.0,"members":{CONSUMERS},"partitions":{PARTITIONS},'
                    f'"moved":{moved}')  # fmt: skip
@@ -242,10 +247,11 @@ class Journal:
     consumed: dict[Key, list[tuple[int, int, int, str]]]  # (group, topic, partition) -> (ts, first, last, consumer)
     produced: dict[Key, list[tuple[int, int]]]
     seen: dict[tuple[str, str], int]
+    applied: list[tuple[int, int, int, dict[str, Any]]]
 
 
 def _read(journal: Path) -> Journal:
-    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {})
+    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [])
     for e in read_journal(journal):
         f, ev, ts = e.fields, e.event, e.ts_ms
         if "group" in f and "consumer" in f:
@@ -261,6 +267,8 @@ def _read(journal: Path) -> Journal:
             )
         else:
             j.by[ev].append((ts, f))
+            if ev == "command.applied":
+                j.applied.append((ts, e.pid, e.seq, f))
     return j
 
 
@@ -353,15 +361,17 @@ def _s4(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int
     return clean
 
 
-def _s5(j: Journal, elected: list[tuple[int, int]]) -> int:
-    started: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for ts, f in j.by["rebalance.started"]:
-        started[f["group"]].append((ts, f["generation"]))
-    top = {g: _running_max(v) for g, v in started.items()}
+def _s5(j: Journal) -> int:
+    """Applied commands older (epoch or generation) than one the same consumer had applied before."""
+    top: dict[tuple[str, str], tuple[int, int]] = {}
     stale = 0
-    for ts, f in j.by["command.applied"]:
-        e_max, g_max = _asof(elected, ts), _asof(top.get(f["group"], []), ts)
-        stale += (e_max is not None and f["epoch"] < e_max) or (g_max is not None and f["generation"] < g_max)
+    for _ts, _pid, _seq, f in sorted(j.applied, key=lambda x: x[:3]):
+        key = (f["group"], f["consumer"])
+        if key in top:
+            stale += f["epoch"] < top[key][0] or f["generation"] < top[key][1]
+            top[key] = (max(top[key][0], f["epoch"]), max(top[key][1], f["generation"]))
+        else:
+            top[key] = (f["epoch"], f["generation"])
     return stale
 
 
@@ -370,7 +380,7 @@ def python_verdict(journal: Path) -> dict[str, int]:
     j = _read(journal)
     elected = _running_max([(ts, f["epoch"]) for ts, f in j.by["coordinator.elected"]])
     merged = {k: _merge([(first, last) for _ts, first, last, _c in v]) for k, v in j.consumed.items()}
-    return {"S1": _s1(j, elected), "S2": _s2(j), "S3": _s3(j, merged), "S4": _s4(j, merged), "S5": _s5(j, elected)}
+    return {"S1": _s1(j, elected), "S2": _s2(j), "S3": _s3(j, merged), "S4": _s4(j, merged), "S5": _s5(j)}
 
 
 # --- the benchmark -------------------------------------------------------------------------------------------------

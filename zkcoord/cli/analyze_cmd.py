@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -69,6 +70,4 @@ def analyze(
 
 def _default_master() -> str | None:
     """``local[*]``, except under spark-submit, whose ``--master`` then applies."""
-    import os  # noqa: PLC0415
-
     return None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]"
