@@ -6,7 +6,9 @@ All runs are read in one pass (every table carries a ``run`` column); each run g
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,6 +29,9 @@ from zkcoord.analysis.verdict import ReadCounts, RunVerdict, Verdict
 
 Say = Callable[[str], None]
 _Result = tuple[list[RunVerdict], ReportData]
+
+#: Driver threads that submit independent Spark jobs at once.
+DRIVER_THREADS = 4
 
 #: Journal bytes per partition of the parsed events (input splits are merged up to this, never split further).
 BYTES_PER_PARTITION = 64 << 20
@@ -108,6 +113,17 @@ def _tuned(spark: SparkSession, partitions: int) -> Iterator[None]:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
+
+
+def _together(*jobs: Callable[[], Any]) -> list[Any]:
+    """Run ``jobs`` (callables that start Spark jobs) from :data:`DRIVER_THREADS` threads; their results in order.
+
+    The first error is raised once every job has ended.
+    """
+    with concurrent.futures.ThreadPoolExecutor(DRIVER_THREADS, thread_name_prefix="analysis") as pool:
+        futures = [pool.submit(job) for job in jobs]
+        concurrent.futures.wait(futures)
+    return [f.result() for f in futures]
 
 
 def _checkpoint(df: DataFrame) -> DataFrame:
@@ -201,20 +217,28 @@ class _Inputs:
 def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say, i: _Inputs) -> _Result:
     produced, consumed, other, bounds = i.produced, i.consumed, i.other, i.bounds
     say("computing ownership intervals and merging offset ranges")
-    seen = _checkpoint(tables.last_seen(other, consumed))
-    intervals = _checkpoint(tables.ownership(other, seen))
-    stale = _checkpoint(checks.stale_applied(other))
-    produced_merged = _checkpoint(ranges.merge_ranges(produced, ("run", "topic", "partition")))
-    consumed_merged = _checkpoint(ranges.merge_ranges(consumed, tables.PARTITION_KEYS))
+    # Independent Spark jobs are submitted together from a few driver threads: small jobs spend most of their time
+    # in planning and scheduling, which then overlaps.
     registrations = tables.of(other, "consumer.registered")
-    regexes = sorted({str(r["key"]) for r in checks.regex_keys(registrations).collect()})
-    invalid = [regex for regex in regexes if not _java_regex_ok(spark, regex)]
+    seen, stale, produced_merged, consumed_merged, regex_rows = _together(
+        lambda: _checkpoint(tables.last_seen(other, consumed)),
+        lambda: _checkpoint(checks.stale_applied(other)),
+        lambda: _checkpoint(ranges.merge_ranges(produced, ("run", "topic", "partition"))),
+        lambda: _checkpoint(ranges.merge_ranges(consumed, tables.PARTITION_KEYS)),
+        lambda: checks.regex_keys(registrations).collect(),
+    )
+    invalid = [r for r in sorted({str(row["key"]) for row in regex_rows}) if not _java_regex_ok(spark, r)]
     topics = produced.select("run", "topic").distinct()
-    subscribed = _checkpoint(checks.subscribed_topics(registrations, topics, invalid))
+    intervals, subscribed = _together(
+        lambda: _checkpoint(tables.ownership(other, seen)),
+        lambda: _checkpoint(checks.subscribed_topics(registrations, topics, invalid)),
+    )
     expected = consumption.expected_ranges(produced_merged, subscribed)
-    missing = _checkpoint(consumption.missing_ranges(expected, consumed_merged))
     tails = checks.crash_tails(other, consumed, seen)
-    duplicates = _checkpoint(consumption.duplicate_ranges(consumed_merged, tails))
+    missing, duplicates = _together(
+        lambda: _checkpoint(consumption.missing_ranges(expected, consumed_merged)),
+        lambda: _checkpoint(consumption.duplicate_ranges(consumed_merged, tails)),
+    )
 
     say(f"writing tables to {out / 'tables'}")
     computed = {
@@ -233,11 +257,14 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         # Deliveries outside ownership can be many (an unsafe run): written in parallel.
         "outside_ownership": checks.outside_ownership(consumed, intervals),
     }
-    disk: dict[str, DataFrame] = {}
-    for name, df in computed.items():
+
+    def write(name: str, df: DataFrame) -> DataFrame:
         path = str(out / "tables" / name)
         (df if name == "outside_ownership" else df.coalesce(1)).write.mode("overwrite").parquet(path)
-        disk[name] = spark.read.schema(df.schema).parquet(path)  # the schema is known: no footer to read
+        return spark.read.schema(df.schema).parquet(path)  # the schema is known: no footer to read
+
+    written = _together(*[functools.partial(write, name, df) for name, df in computed.items()])
+    disk = dict(zip(computed, written, strict=True))
 
     say("computing the verdict")
     t = Tables(
