@@ -29,37 +29,24 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
+from consumer import shared
 from consumer.commands import CommandHandler, Rebalance
 from consumer.config import ConsumerConfig, new_consumer_id
 from consumer.fetcher import FetchManager
 from consumer.lease import Lease, lease_duration
+from consumer.migration import MigrationBridge
 from consumer.offsets import OffsetStore
 from consumer.records import ConsumerRecord, TopicPartition
+from consumer.shared import ConsumerMetrics
 from zkcoord import paths
 from zkcoord.errors import NodeExistsError, ZkError
 from zkcoord.journal import Journal
-from zkcoord.partlog import log_offsets
 from zkcoord.zk import ConnState, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
 PartitionsCallback = Callable[[list[TopicPartition]], None]
-
-
-@dataclass
-class ConsumerMetrics:
-    """Kafka-style consumer metrics (``assigned-partitions``, ``records-consumed-rate``, rebalance latency)."""
-
-    assigned_partitions: int
-    records_consumed_total: int
-    records_consumed_rate: float
-    rebalances: int
-    rebalance_latency_ms_last: float | None
-    last_rebalance_seconds_ago: float | None
-    lag: int | None
-    lease_valid: bool
 
 
 class Consumer:
@@ -94,6 +81,12 @@ class Consumer:
             gate=self._may_deliver,
         )
         self._events: queue.Queue[tuple[str, object]] = queue.Queue()
+        #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
+        self.bridge: MigrationBridge | None = None
+        if config.migrating:
+            self.bridge = MigrationBridge(
+                self.zk, config.group, self.consumer_id, lambda: self._events.put(("legacy-claim", None))
+            )
         self.handler = CommandHandler(self, on_partitions_revoked, on_partitions_assigned)
         self._threads: list[threading.Thread] = []
         self._closing = threading.Event()
@@ -127,8 +120,14 @@ class Consumer:
         return self
 
     def register(self) -> None:
-        """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry."""
-        reg = self.config.subscription.registration(self.wall_ms())
+        """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry.
+
+        A migrating consumer registers in Kafka 0.8's registry first, so that the zk-client members leave our share
+        alone before the coordinator gives it to us.
+        """
+        reg = self.config.subscription.registration(self.wall_ms(), migrating=self.config.migrating)
+        if self.bridge is not None:
+            self.bridge.register(reg, self.config.session_timeout_s * 2, self._closing)
         path = paths.member(self.config.group, self.consumer_id)
         try:
             self.zk.create(path, reg.encode(), ephemeral=True, makepath=True)
@@ -145,6 +144,7 @@ class Consumer:
             subscription=dict(reg.subscription),
             session=f"{self.zk.session_id:#x}",
             registrations=self.registrations,
+            **({"migrating": True} if self.config.migrating else {}),
         )
 
     def close(self, timeout: float = 10.0) -> None:
@@ -158,6 +158,8 @@ class Consumer:
         self.fetcher.close()
         try:
             self.zk.delete(paths.member(self.config.group, self.consumer_id))
+            if self.bridge is not None:
+                self.bridge.deregister()
             self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
         except ZkError as e:
             log.info("consumer %s: deregistration skipped: %s", self.consumer_id, e)
@@ -200,26 +202,21 @@ class Consumer:
         self.fetcher.wakeup()
 
     def metrics(self) -> ConsumerMetrics:
-        elapsed = max(self.clock() - self._started_at, 1e-9)
-        last = self.handler.last_rebalance
-        return ConsumerMetrics(
-            assigned_partitions=len(self.fetcher.assignment()),
-            records_consumed_total=self._delivered,
-            records_consumed_rate=self._delivered / elapsed,
+        now = self.clock()
+        return shared.metrics(
+            assigned=len(self.fetcher.assignment()),
+            delivered=self._delivered,
+            elapsed_s=now - self._started_at,
             rebalances=self.handler.rebalances,
-            rebalance_latency_ms_last=last.latency_ms if last else None,
-            last_rebalance_seconds_ago=(self.clock() - last.finished_at) if last else None,
+            last=self.handler.last_rebalance,
+            now=now,
             lag=self.lag(),
             lease_valid=self.lease.valid(),
         )
 
     def lag(self) -> int | None:
         """Records in the assigned partitions' logs beyond the consumed positions."""
-        total = 0
-        for tp, position in self.fetcher.positions().items():
-            _, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
-            total += max(0, end - position)
-        return total
+        return shared.lag(self.config.data_dir, self.fetcher.positions())
 
     # --- internals ----------------------------------------------------------------------------------------------
 
@@ -243,6 +240,8 @@ class Consumer:
                 pass  # no acknowledgement: the lease is not renewed and will run out
             else:
                 self.lease.renew(sent)
+            if self.bridge is not None and self.bridge.pending:
+                self._events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
             valid_now = self.lease.valid()
             if not valid_now and not expired_reported:
                 expired_reported = True
@@ -314,16 +313,9 @@ class Consumer:
             )
             start = end
 
-    def start_positions(self, claims: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
+    def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """Where to start each partition: its committed offset, else the start policy."""
-        out: dict[TopicPartition, int] = {}
-        for tp, committed in claims.items():
-            start, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
-            if committed is not None:
-                out[tp] = max(committed, start)
-            else:
-                out[tp] = start if self.config.start_from == "earliest" else end
-        return out
+        return shared.start_positions(self.config.data_dir, self.config.start_from, committed)
 
     def next_event(self) -> tuple[str, object]:
         return self._events.get()

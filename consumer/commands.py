@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from consumer.migration import newer
 from consumer.offsets import OffsetCommitFencedError
 from consumer.records import TopicPartition
 from zkcoord import paths
@@ -99,11 +100,13 @@ class CommandHandler:
                         self.c.fetcher.resume()
                 elif kind == "commit":
                     self._commit_quietly(self.c.fetcher.positions())
+                elif kind == "legacy-claim":
+                    self._claim_pending()
             except ZkError as e:
                 # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
                 # so the same listing is handled again shortly: an unacknowledged command is never stranded.
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
-                if kind in ("channel", "commit"):
+                if kind in ("channel", "commit", "legacy-claim"):
                     self.c.redeliver_later((kind, arg))
 
     def _on_close(self) -> None:
@@ -111,9 +114,16 @@ class CommandHandler:
             self._commit_quietly(self.c.fetcher.positions())
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
-        self.c.offsets.release()
+        self._release()
         if revoked and self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
+
+    def _release(self) -> None:
+        """Forget our claims; a migrating consumer also deletes its 0.8 owner znodes (after the last commit)."""
+        with self._commit_lock:
+            self.c.offsets.release()
+            if self.c.bridge is not None and not self._lost:
+                self.c.bridge.release()
 
     def _on_state(self, state: ConnState) -> None:
         c = self.c
@@ -129,6 +139,8 @@ class CommandHandler:
             revoked = list(c.fetcher.assignment())
             c.fetcher.revoke("session lost")
             c.offsets.release()
+            if c.bridge is not None:
+                c.bridge.session_lost()
             c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason="session lost")
             if revoked and self.on_revoked is not None:
                 self._callback(self.on_revoked, revoked)
@@ -195,7 +207,7 @@ class CommandHandler:
         positions = c.fetcher.revoke("stop-fetcher")
         if not self._lost:
             self._commit_quietly(positions)  # S3: commit before acknowledging the stop
-        c.offsets.release()
+        self._release()
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
         self._journal_applied(name, command, len(revoked))
@@ -205,7 +217,7 @@ class CommandHandler:
         self._adopt(command)
         if c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
             self._commit_quietly(c.fetcher.revoke("start-fetcher"))
-            c.offsets.release()
+            self._release()
         ownership = {
             TopicPartition(topic, p): thread
             for topic, parts in command.ownership.items()
@@ -218,8 +230,11 @@ class CommandHandler:
         claims, problems = c.offsets.claim(ownership)
         for problem in problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
-        starts = c.start_positions({tp: claim.committed for tp, claim in claims.items()})
-        c.fetcher.assign({tp: (starts[tp], claims[tp].thread) for tp in claims})
+        fetching = {tp: claim.thread for tp, claim in claims.items()}
+        if c.bridge is not None:
+            fetching = c.bridge.claim(fetching)  # the rest waits for their zk-client owners (consumer.migration)
+            self._journal_waiting()
+        c.fetcher.assign(self._positions(fetching))
         if self.on_assigned is not None:
             self._callback(self.on_assigned, sorted(claims))
         self._journal_applied(name, command, len(claims))
@@ -228,6 +243,48 @@ class CommandHandler:
             self.rebalances += 1
             self.last_rebalance = Rebalance(command.generation, latency, c.clock())
             self._stop_received_at = None
+
+    def _positions(self, fetching: dict[TopicPartition, str]) -> dict[TopicPartition, tuple[int, str]]:
+        """Start offset and thread of each partition: its committed offset (for a migrating consumer the newer of
+        both protocols', read after its owner znode was claimed), else the start policy."""
+        c = self.c
+        committed = c.offsets.committed()
+        if c.bridge is not None:
+            legacy, problems = c.bridge.committed(fetching)
+            for problem in problems:
+                c.journal.emit("input.rejected", what="zk-client offset", path=c.config.group, reason=problem)
+            committed = {tp: off for tp in fetching if (off := newer(committed.get(tp), legacy.get(tp))) is not None}
+        starts = c.start_positions({tp: committed.get(tp) for tp in fetching})
+        return {tp: (starts[tp], thread) for tp, thread in fetching.items()}
+
+    def _claim_pending(self) -> None:
+        """Claim again the partitions whose zk-client owners had not let go (migrating consumers only)."""
+        c = self.c
+        if c.bridge is None or not c.bridge.pending or self._lost:
+            return
+        got = c.bridge.retry()
+        if got:
+            c.fetcher.extend(self._positions(got))
+            c.journal.emit(
+                "migration.claimed",
+                group=c.config.group,
+                consumer=c.consumer_id,
+                partitions=len(got),
+                pending=len(c.bridge.pending),
+            )
+
+    def _journal_waiting(self) -> None:
+        c = self.c
+        if c.bridge is None or not c.bridge.pending:
+            return
+        holders = c.bridge.holders()
+        c.journal.emit(
+            "migration.waiting",
+            group=c.config.group,
+            consumer=c.consumer_id,
+            partitions=len(holders),
+            holders=sorted({h for h in holders.values() if h}),
+        )
 
     def _ack(self, path: str, name: str) -> None:
         self._applied.add(name)
@@ -265,6 +322,7 @@ class CommandHandler:
             try:
                 written = self.c.offsets.commit(positions)
             except OffsetCommitFencedError as e:
+                self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal_commits(e.committed)
                 for tp in e.partitions:
                     self.c.journal.emit(
@@ -275,8 +333,14 @@ class CommandHandler:
                         partition=tp.partition,
                     )
                 raise
+            self._mirror(positions)
             self._journal_commits(written)
             return written
+
+    def _mirror(self, positions: dict[TopicPartition, int]) -> None:
+        """A migrating consumer's commits go to the 0.8 offsets too (commit lock held)."""
+        if self.c.bridge is not None:
+            self.c.bridge.commit(positions)
 
     def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from zkcoord.errors import ConfigurationError
+from zkcoord.legacy_paths import check_group
 from zkcoord.names import validate_group, validate_topic
 from zkcoord.znodes import MAX_THREADS, MemberRegistration, Pattern
 
@@ -54,8 +55,8 @@ class Subscription:
             except re.error as e:
                 raise ConfigurationError(f"invalid regex {regex!r}: {e}") from e
 
-    def registration(self, timestamp_ms: int) -> MemberRegistration:
-        return MemberRegistration(self.pattern, dict(self.topics), timestamp_ms)
+    def registration(self, timestamp_ms: int, *, migrating: bool = False) -> MemberRegistration:
+        return MemberRegistration(self.pattern, dict(self.topics), timestamp_ms, migrating=migrating)
 
 
 def new_consumer_id(group: str, host: str | None = None, now_ms: int | None = None) -> str:
@@ -76,6 +77,9 @@ class ConsumerConfig:
     :param auto_commit: commit consumed positions every ``auto_commit_interval_s`` from ``poll()``.
     :param start_from: where a partition without a committed offset starts: ``earliest`` or ``latest``.
     :param unsafe_no_fencing: the demo's contrast only: accept stale commands and fetch without a lease.
+    :param migrating: join a group that still has ``zk-client`` members (live migration, ``docs/migration.md``):
+        register in Kafka 0.8's registry too, fetch a partition only while holding its 0.8 owner znode, and commit
+        offsets to both protocols' paths.
     """
 
     group: str
@@ -90,9 +94,14 @@ class ConsumerConfig:
     consumer_id: str = field(default="")
     lease_fraction: float = 0.5
     unsafe_no_fencing: bool = False
+    migrating: bool = False
 
     def __post_init__(self) -> None:
         validate_group(self.group)
+        if self.migrating:
+            check_group(self.group)  # its zk-client registry lives at /consumers/<group>
+            if self.unsafe_no_fencing:
+                raise ConfigurationError("a migrating consumer cannot run unsafe: its claims are the migration's fence")
         if not 0.5 <= self.session_timeout_s <= 600:
             raise ConfigurationError(f"session timeout must be within 0.5..600 s, got {self.session_timeout_s}")
         if not 1 <= self.max_poll_records <= 1_000_000:

@@ -204,6 +204,17 @@ class FetchCore:
         self.poll_next = 0
         self.epoch += 1
 
+    def add(self, states: dict[TopicPartition, PartitionFetch], fetchers: dict[str, Fetcher]) -> None:
+        """Add ``states`` (none assigned yet) and new ``fetchers`` to the assignment.  Lock held.
+
+        The epoch stays: reads granted for the partitions already assigned remain valid.
+        """
+        self.states.update(states)
+        self.fetchers.update(fetchers)
+        self.order.extend(states)
+        self.rotation.extend(states)
+        self.wake_fetchers()
+
     def clear(self) -> tuple[list[PartitionFetch], list[Fetcher]]:
         """Forget the assignment: drop what is buffered, tell every fetcher to stop.  Lock held."""
         states, fetchers = list(self.states.values()), list(self.fetchers.values())

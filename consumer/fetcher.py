@@ -191,6 +191,18 @@ class FetchManager:
             started or is closed, or the call comes from a callback.
         :raises ValueError: an offset is negative or a thread id is empty.
         """
+        self._add(positions, extend=False)
+
+    def extend(self, positions: Mapping[TopicPartition, tuple[int, str]]) -> None:
+        """Start fetching more partitions beside those assigned, as :meth:`assign` does (a migrating consumer
+        gets a partition once its previous owner let go of it).  Reads in progress are not disturbed.
+
+        :raises RuntimeError: as :meth:`assign`, except that partitions may be assigned already.
+        :raises ValueError: as :meth:`assign`, or a partition is assigned already.
+        """
+        self._add(positions, extend=True)
+
+    def _add(self, positions: Mapping[TopicPartition, tuple[int, str]], *, extend: bool) -> None:
         states: dict[TopicPartition, PartitionFetch] = {}
         for tp, (offset, thread_id) in sorted(positions.items()):
             if offset < 0 or not thread_id:
@@ -201,15 +213,22 @@ class FetchManager:
             with core.lock:
                 if core.closed or not self._started:
                     raise RuntimeError("the fetch manager is " + ("closed" if core.closed else "not started"))
-                if core.states:
+                if core.states and not extend:
                     raise RuntimeError(f"{len(core.states)} partitions are assigned: revoke() them first")
+                if again := sorted(set(states) & set(core.states)):
+                    raise ValueError(f"already assigned: {', '.join(map(str, again))}")
                 paused = core.paused
+                known = set(core.fetchers)
             if not paused:
                 for state in states.values():
                     self._call_started(state)
-            fetchers = {tid: core.new_fetcher(tid) for tid in sorted({s.thread_id for s in states.values()})}
+            wanted = sorted({s.thread_id for s in states.values()} - known)
+            fetchers = {tid: core.new_fetcher(tid) for tid in wanted}
             with core.lock:
-                core.install(states, fetchers)
+                if extend:
+                    core.add(states, fetchers)
+                else:
+                    core.install(states, fetchers)
             for fetcher in fetchers.values():
                 self._start_thread(fetcher)
 

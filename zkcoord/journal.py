@@ -80,6 +80,10 @@ EVENTS: dict[str, str] = {
     ),
     "legacy.rebalance.failed": "a legacy rebalance used up its retries: group, consumer, retries, reason",
     "legacy.session.expired": "a legacy session expired; partitions forgotten: group, consumer, partitions",
+    "migration.waiting": (
+        "a migrating consumer found owner znodes of its new partitions held: group, consumer, partitions, holders"
+    ),
+    "migration.claimed": "a migrating consumer claimed partitions it was waiting for: group, consumer, partitions",
     "fault.injected": "the scenario runner injected a fault: fault, target, detail",
     "input.rejected": "bad input was refused without stopping the process (S7): what, path, reason",
 }

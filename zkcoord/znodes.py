@@ -225,21 +225,27 @@ class MemberRegistration:
 
     ``subscription`` maps a topic (static) or a single regex (``white_list``/``black_list``) to a thread count.
     Regexes are checked for syntax here; matching them against topics is the coordinator's business.
+
+    ``migrating`` marks a coordinator-protocol member of a group that still has ``zk-client`` members (live
+    migration, ``docs/migration.md``); it is written only when true, so other registrations stay byte-for-byte
+    Kafka 0.8's, and 0.8's readers ignore the extra key.
     """
 
     pattern: Pattern
     subscription: Mapping[str, int]
     timestamp_ms: int
+    migrating: bool = False
 
     def encode(self) -> bytes:
-        return _dump(
-            {
-                "version": FORMAT_VERSION,
-                "pattern": self.pattern.value,
-                "subscription": dict(self.subscription),
-                "timestamp": str(self.timestamp_ms),
-            }
-        )
+        obj: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "pattern": self.pattern.value,
+            "subscription": dict(self.subscription),
+            "timestamp": str(self.timestamp_ms),
+        }
+        if self.migrating:
+            obj["migrating"] = True
+        return _dump(obj)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> Self:
@@ -270,7 +276,12 @@ class MemberRegistration:
                 re.compile(regex)
             except re.error as e:
                 raise CodecError(what, f"invalid regex {regex!r}: {e}", path) from e
-        return cls(pattern=pattern, subscription=dict(sub), timestamp_ms=_timestamp(obj, what, path))
+        migrating = obj.get("migrating", False)
+        if not isinstance(migrating, bool):
+            raise CodecError(what, "field 'migrating' must be a boolean", path)
+        return cls(
+            pattern=pattern, subscription=dict(sub), timestamp_ms=_timestamp(obj, what, path), migrating=migrating
+        )
 
 
 # --- command channel ---------------------------------------------------------------------------------------------
@@ -391,7 +402,9 @@ class GroupState:
     ``members`` maps each consumer id of the rebalance to the ``czxid`` of its registration znode (its incarnation:
     a consumer that re-registered after a session expiry has a new one).  ``target`` is the ownership map being
     installed.  ``sent`` counts the command batches of the current phase already written (each batch's transaction
-    bumps it), so a writer that lost its connection knows exactly which batches landed.
+    bumps it), so a writer that lost its connection knows exactly which batches landed.  ``legacy`` maps the
+    ``zk-client`` members of a migrating group (``docs/migration.md``) to their incarnations, the same way; it is
+    written only when there are some.
     """
 
     generation: int
@@ -404,23 +417,25 @@ class GroupState:
     sent: int = 0
     attempt: int = 0
     error: str = ""
+    legacy: Mapping[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return _dump(
-            {
-                "version": FORMAT_VERSION,
-                "generation": self.generation,
-                "phase": self.phase.value,
-                "epoch": self.epoch,
-                "members": dict(sorted(self.members.items())),
-                "target": _encode_ownership(self.target),
-                "assignor": self.assignor,
-                "updated": str(self.updated_ms),
-                "sent": self.sent,
-                "attempt": self.attempt,
-                "error": self.error,
-            }
-        )
+        obj: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "generation": self.generation,
+            "phase": self.phase.value,
+            "epoch": self.epoch,
+            "members": dict(sorted(self.members.items())),
+            "target": _encode_ownership(self.target),
+            "assignor": self.assignor,
+            "updated": str(self.updated_ms),
+            "sent": self.sent,
+            "attempt": self.attempt,
+            "error": self.error,
+        }
+        if self.legacy:
+            obj["legacy"] = dict(sorted(self.legacy.items()))
+        return _dump(obj)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> Self:
@@ -432,7 +447,10 @@ class GroupState:
         except ValueError as e:
             raise CodecError(what, f"unknown phase {raw_phase!r}", path) from e
         members = _field(obj, "members", dict, what, path)
-        for consumer_id, czxid in members.items():
+        legacy = obj.get("legacy", {})
+        if not isinstance(legacy, dict):
+            raise CodecError(what, "field 'legacy' must be an object", path)
+        for consumer_id, czxid in [*members.items(), *legacy.items()]:
             if not isinstance(czxid, int) or isinstance(czxid, bool) or czxid < 0:
                 raise CodecError(what, f"bad incarnation for member {consumer_id!r}", path)
         updated = obj.get("updated", "0")
@@ -452,6 +470,7 @@ class GroupState:
             sent=_nonneg_int(obj, "sent", what, path),
             attempt=_nonneg_int(obj, "attempt", what, path),
             error=error,
+            legacy=dict(legacy),
         )
 
 

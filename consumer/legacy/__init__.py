@@ -7,7 +7,7 @@ can be run side by side, compared on the same journal checks, and migrated betwe
 
 Modules by role: :mod:`~consumer.legacy.client` (the consumer), :mod:`~consumer.legacy.rebalance` (its rebalance
 thread), :mod:`~consumer.legacy.registry` (its ZooKeeper operations), :mod:`~consumer.legacy.assignment` (the
-ownership decision, pure), :mod:`~consumer.legacy.watches` (triggers), :mod:`~consumer.legacy.paths`,
+ownership decision, pure), :mod:`~consumer.legacy.watches` (triggers), :mod:`~zkcoord.legacy_paths`,
 :mod:`~consumer.legacy.config`, :mod:`~consumer.legacy.events` (journal events).
 """
 

@@ -35,19 +35,19 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from consumer.client import ConsumerMetrics
+from consumer import shared
 from consumer.config import ConsumerConfig, new_consumer_id
 from consumer.fetcher import FetchManager
 from consumer.legacy.config import LegacyConfig
 from consumer.legacy.events import PROTOCOL, EventLog
-from consumer.legacy.paths import check_group
 from consumer.legacy.rebalance import PartitionsCallback, Rebalancer
 from consumer.legacy.registry import LegacyRegistry
 from consumer.legacy.watches import Signals, Watches
 from consumer.records import ConsumerRecord, TopicPartition
+from consumer.shared import ConsumerMetrics
 from zkcoord.errors import ZkError
 from zkcoord.journal import Journal
-from zkcoord.partlog import log_offsets
+from zkcoord.legacy_paths import check_group
 from zkcoord.zk import ConnState, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
@@ -258,26 +258,21 @@ class LegacyConsumer:
 
     def metrics(self) -> ConsumerMetrics:
         """The coordinator consumer's metrics.  ``lease_valid`` is always True: there is no lease to lose."""
-        elapsed = max(self.clock() - self._started_at, 1e-9)
-        last = self.rebalancer.last
-        return ConsumerMetrics(
-            assigned_partitions=len(self.fetcher.assignment()),
-            records_consumed_total=self._delivered,
-            records_consumed_rate=self._delivered / elapsed,
+        now = self.clock()
+        return shared.metrics(
+            assigned=len(self.fetcher.assignment()),
+            delivered=self._delivered,
+            elapsed_s=now - self._started_at,
             rebalances=self.rebalancer.rebalances,
-            rebalance_latency_ms_last=last.latency_ms if last else None,
-            last_rebalance_seconds_ago=(self.clock() - last.finished_at) if last else None,
+            last=self.rebalancer.last,
+            now=now,
             lag=self.lag(),
             lease_valid=True,
         )
 
     def lag(self) -> int:
         """Records in the fetched partitions' logs beyond the consumed positions."""
-        total = 0
-        for tp, position in self.fetcher.positions().items():
-            _, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
-            total += max(0, end - position)
-        return total
+        return shared.lag(self.config.data_dir, self.fetcher.positions())
 
     # --- for the rebalance thread -------------------------------------------------------------------------------
 
@@ -299,14 +294,7 @@ class LegacyConsumer:
 
     def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """Where to start each partition: its committed offset, else the start policy (``auto.offset.reset``)."""
-        out: dict[TopicPartition, int] = {}
-        for tp, offset in committed.items():
-            start, end = log_offsets(self.config.data_dir, tp.topic, tp.partition)
-            if offset is not None:
-                out[tp] = max(offset, start)
-            else:
-                out[tp] = start if self.config.start_from == "earliest" else end
-        return out
+        return shared.start_positions(self.config.data_dir, self.config.start_from, committed)
 
     def call_back(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> None:
         """Call a user callback; an exception it raises is logged, never propagated into the rebalance."""

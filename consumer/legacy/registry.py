@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from consumer.legacy import paths
 from consumer.records import TopicPartition
+from zkcoord import legacy_paths as paths
 from zkcoord import paths as common
 from zkcoord.coordinator.plan import matches
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from consumer.legacy import paths
+from zkcoord import legacy_paths as paths
 from zkcoord import paths as common
 from zkcoord.coordinator.plan import matches
 from zkcoord.zk import ConnState, Stat, ZkClient

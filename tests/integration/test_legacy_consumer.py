@@ -18,11 +18,10 @@ import pytest
 
 from consumer import ConsumerConfig, Subscription, TopicPartition
 from consumer.legacy import LEGACY_EVENTS, LegacyConfig, LegacyConsumer
-from consumer.legacy import paths as legacy_paths
 from tests.ledger import Ledger
 from tests.zkutil import ZkFactory, expire_session
 from zkcoord import journal as journal_module
-from zkcoord import paths
+from zkcoord import legacy_paths, paths
 from zkcoord.assignors import Assignor, range_assign, roundrobin_assign
 from zkcoord.errors import ConfigurationError, NoNodeError
 from zkcoord.journal import Journal, JournalEvent, read_journal

@@ -90,6 +90,11 @@ class _Status:
     show_default=True,
     help="coordinator: the coordinator assigns partitions; zk-client: Kafka 0.8.2's client-side rebalance.",
 )
+@click.option(
+    "--migrating",
+    is_flag=True,
+    help="Join a group that still has zk-client members, to move it to the coordinator (docs/migration.md).",
+)
 @click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
 @click.option(
     "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
@@ -115,6 +120,7 @@ def consume(
     consumer_id: str,
     unsafe: bool,
     protocol: str,
+    migrating: bool,
     rebalance_max_retries: int,
     rebalance_backoff: float,
     assignor: str,
@@ -140,9 +146,12 @@ def consume(
         auto_commit_interval_s=auto_commit_interval,
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
+        migrating=migrating,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
+    if migrating and protocol == "zk-client":
+        raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
     stop = stop_on_signals()
     journal = open_journal(journal_dir, f"consumer-{group}")
     consumer: Consumer | LegacyConsumer

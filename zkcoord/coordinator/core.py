@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from zkcoord import paths
+from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term, try_elect
@@ -103,6 +103,7 @@ class Coordinator:
         self._groups: set[str] = set()
         self._groups_listed = False
         self._channels: set[tuple[str, str]] = set()
+        self._legacy_watched: set[str] = set()  # migrating groups whose zk-client ids are watched (this term)
         self._pending: dict[str, tuple[str, float]] = {}
         self._order: deque[str] = deque()
 
@@ -209,6 +210,8 @@ class Coordinator:
             self._on_groups(event.data)
         elif event.kind == "members":
             self._on_members(event.group, event.data)
+        elif event.kind == "legacy-members":
+            self.request(event.group, "zk-client membership change")
         elif event.kind == "channel" and self.rebalancer is not None:
             self.rebalancer.on_channel(event.group, event.name, event.data)
 
@@ -322,6 +325,7 @@ class Coordinator:
         self._groups.clear()
         self._groups_listed = False
         self._channels.clear()
+        self._legacy_watched.clear()
         self._pending.clear()
         self._order.clear()
 
@@ -444,6 +448,10 @@ class Coordinator:
             started = rebalancer.begin(group, trigger, requested_at)
             if group in rebalancer.registrations:
                 self._subs[group] = rebalancer.registrations[group]
+            if group in rebalancer.migrating and group not in self._legacy_watched:
+                # A migrating group's zk-client members change its assignment too (docs/migration.md).
+                self._legacy_watched.add(group)
+                self._watch_children("legacy-members", legacy_paths.ids(group), group=group)
             if started:
                 self._watch_channels(group)
 

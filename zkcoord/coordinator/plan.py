@@ -7,7 +7,7 @@ on plain values.  :func:`plan` is called by the coordinator's worker with a :cla
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.assignors import Assignment, get_assignor, range_assign
@@ -36,10 +36,19 @@ class GroupSnapshot:
     channels: frozenset[str] = frozenset()
     #: (path, reason) of znodes that could not be decoded: reported, then left out (S7)
     rejected: tuple[tuple[str, str], ...] = ()
+    #: a migrating group's ``zk-client`` members (``/consumers/<g>/ids``, less our own members' mirror registrations)
+    legacy: Mapping[str, Member] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """The target of one rebalance.
+
+    In a migrating group (``docs/migration.md``) the assignment is computed over every member of both protocols,
+    exactly as the ``zk-client`` members compute it themselves; :attr:`target` then holds only the coordinator
+    members' share (the coordinator commands only them), and :attr:`legacy` the other members' incarnations.
+    """
+
     group: str
     members: dict[str, int]
     subscriptions: dict[str, dict[str, int]]
@@ -49,6 +58,10 @@ class Plan:
     assignor: str
     #: (what, reason) pairs worth a journal event: subscriptions to missing topics, assignor fallbacks
     notes: list[tuple[str, str]] = field(default_factory=list)
+    #: the zk-client members of a migrating group, consumer id -> incarnation
+    legacy: dict[str, int] = field(default_factory=dict)
+    #: partitions the assignment leaves to the zk-client members (they claim them themselves)
+    legacy_partitions: int = 0
 
 
 def matches(registration: MemberRegistration, topic: str) -> bool:
@@ -68,15 +81,20 @@ def resolve(registration: MemberRegistration, topics: Mapping[str, int]) -> tupl
     return {t: threads for t in sorted(topics) if matches(registration, t)}, []
 
 
-def necessity(snapshot: GroupSnapshot, members: Mapping[str, int], target: Assignment) -> str | None:
+def necessity(
+    snapshot: GroupSnapshot, members: Mapping[str, int], target: Assignment, legacy: Mapping[str, int] | None = None
+) -> str | None:
     """Why a rebalance is needed, or None (seed D 3.1–3.5, plus what a persisted state adds)."""
     state = snapshot.state
+    legacy = legacy or {}
     if state is None:
         return "no persisted state"
     if state.phase is not GroupPhase.STABLE:
         return f"previous rebalance left the group {state.phase.value}"
     if dict(state.members) != dict(members):
         return "membership changed"
+    if dict(state.legacy) != dict(legacy):
+        return "zk-client membership changed"
     owners = snapshot.owners
     if not owners and target:
         return "no ownership registered"  # 3.1
@@ -96,7 +114,8 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
     """Compute the target assignment for ``snapshot`` and decide whether a rebalance is necessary."""
     notes: list[tuple[str, str]] = []
     subscriptions: dict[str, dict[str, int]] = {}
-    for cid, member in sorted(snapshot.members.items()):
+    everyone = {**snapshot.legacy, **snapshot.members}
+    for cid, member in sorted(everyone.items()):
         resolved, missing = resolve(member.registration, topics)
         for topic in missing:
             notes.append((f"subscription of {cid}", f"topic {topic!r} does not exist; left out until it does"))
@@ -110,8 +129,14 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         notes.append(("assignor", f"{e}; falling back to range"))
         used = "range"
         target = range_assign(subscriptions, partitions)
+    legacy_partitions = 0
+    if snapshot.legacy:
+        everything = sum(len(parts) for parts in target.values())
+        target = restrict(target, snapshot.members)
+        legacy_partitions = everything - sum(len(parts) for parts in target.values())
     members = {cid: m.incarnation for cid, m in snapshot.members.items()}
-    reason = necessity(snapshot, members, target)
+    legacy = {cid: m.incarnation for cid, m in snapshot.legacy.items()}
+    reason = necessity(snapshot, members, target, legacy)
     return Plan(
         group=snapshot.group,
         members=members,
@@ -121,4 +146,17 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         reason=reason or "assignment unchanged",
         assignor=used,
         notes=notes,
+        legacy=legacy,
+        legacy_partitions=legacy_partitions,
     )
+
+
+def restrict(target: Assignment, consumer_ids: Iterable[str]) -> Assignment:
+    """The part of ``target`` whose threads belong to ``consumer_ids`` (thread ids are ``<consumerId>-<n>``)."""
+    ids = set(consumer_ids)
+    out: dict[str, dict[int, str]] = {}
+    for topic, parts in target.items():
+        for partition, thread in parts.items():
+            if thread.rsplit("-", 1)[0] in ids:
+                out.setdefault(topic, {})[partition] = thread
+    return out

@@ -140,6 +140,8 @@ class Rebalancer:
         self.group_state: dict[str, str] = {}
         #: each group's member registrations as last read (the coordinator routes topic changes with them)
         self.registrations: dict[str, list[MemberRegistration]] = {}
+        #: groups migrating from the zk-client protocol as last read (the coordinator watches their zk-client ids)
+        self.migrating: set[str] = set()
         self.metrics = Metrics()
         self._tokens = 0
 
@@ -156,6 +158,10 @@ class Rebalancer:
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {e}", generation=None)
             return group in self.active
         self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
+        if read.migrating:
+            self.migrating.add(group)
+        else:
+            self.migrating.discard(group)
         for path, reason in read.snapshot.rejected:
             self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
             log.warning("group %s: ignoring %s: %s", group, path, reason)
@@ -174,6 +180,7 @@ class Rebalancer:
         state = read.snapshot.state
         generation = (state.generation if state else 0) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
+        migration = {"legacy": sorted(planned.legacy), "legacy_partitions": planned.legacy_partitions}
         if attempt.number == 0:
             self.metrics.rebalances_started += 1
         self.active[group] = attempt
@@ -189,6 +196,7 @@ class Rebalancer:
             members=sorted(planned.members),
             partitions=sum(len(p) for p in planned.target.values()),
             assignor=planned.assignor,
+            **(migration if read.migrating else {}),
         )
         fault_point("coordinator.before_stop", self.journal)
         self._send_stop(attempt)
@@ -301,6 +309,7 @@ class Rebalancer:
             members=attempt.plan.members,
             target=attempt.plan.target,
             assignor=attempt.plan.assignor,
+            legacy=attempt.plan.legacy,
             updated_ms=self.wall_ms(),
             attempt=attempt.number,
             error=error,

@@ -6,9 +6,10 @@ Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from zkcoord import paths
+from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.plan import GroupSnapshot, Member
 from zkcoord.errors import CodecError, NoNodeError
 from zkcoord.zk import ZkClient
@@ -24,6 +25,9 @@ class ReadResult:
     owner_topics: frozenset[str]
     #: whether ``owners`` itself exists
     owners_root: bool
+    #: whether the group is migrating from the zk-client protocol (some member says so, or the state has
+    #: zk-client members): its zk-client members were read too, and their registry needs watching
+    migrating: bool = False
 
 
 def read_group(zk: ZkClient, group: str) -> ReadResult:
@@ -75,6 +79,8 @@ def read_group(zk: ZkClient, group: str) -> ReadResult:
         except CodecError as e:
             rejected.append((path, e.reason))
 
+    migrating = any(m.registration.migrating for m in members.values()) or bool(state and state.legacy)
+    legacy = read_legacy_members(zk, group, members, rejected) if migrating else {}
     snapshot = GroupSnapshot(
         group=group,
         members=members,
@@ -82,8 +88,29 @@ def read_group(zk: ZkClient, group: str) -> ReadResult:
         owners=owners,
         channels=frozenset(channels or []),
         rejected=tuple(rejected),
+        legacy=legacy,
     )
-    return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None)
+    return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating)
+
+
+def read_legacy_members(
+    zk: ZkClient, group: str, members: Mapping[str, Member], rejected: list[tuple[str, str]]
+) -> dict[str, Member]:
+    """The zk-client members of a migrating group: ``/consumers/<g>/ids`` less our own members (each migrating
+    member registers there too, so that the zk-client members count it).  Malformed ones go to ``rejected``.
+    """
+    listed = zk.children_many([legacy_paths.ids(group)])[0] or []
+    others = sorted(cid for cid in listed if cid not in members)
+    member_paths = [legacy_paths.member(group, cid) for cid in others]
+    out: dict[str, Member] = {}
+    for cid, path, got in zip(others, member_paths, zk.get_many(member_paths), strict=True):
+        if got is None:
+            continue
+        try:
+            out[cid] = Member(cid, MemberRegistration.decode(got[0], path), got[1].czxid)
+        except CodecError as e:
+            rejected.append((path, e.reason))
+    return out
 
 
 def group_exists(zk: ZkClient, group: str) -> bool:
