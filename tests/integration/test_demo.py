@@ -64,3 +64,19 @@ def test_zookeeper_scenario_on_an_ensemble_kills_the_leader(tmp_path: Path) -> N
     (safe,) = report["runs"]
     assert safe["faults"].get("zk-leader-kill", 0) == 1 and safe["faults"].get("network-cut", 0) == 1
     assert report["verdict"]["runs"][0]["ok"]
+
+
+def test_migration_scenario_keeps_s2_and_s3_and_a_naive_migration_breaks_s2(tmp_path: Path) -> None:
+    out = run_cli(
+        "demo", "--scenario", "migration", "--duration", "24", "--run-dir", str(tmp_path / "mig"), "--json",
+        timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    safe, unsafe = report["runs"]
+    assert unsafe["faults"].get("migrate-consumer", 0) == 3, unsafe
+    assert safe["faults"].get("migrate-consumer", 0) == 3, safe
+    assert not safe["problems"], safe["problems"]  # among them: "migration unfinished"
+    runs = {r["run"]: r for r in report["verdict"]["runs"]}
+    assert runs["safe"]["ok"], runs["safe"]
+    assert runs["unsafe"]["properties"]["S2"]["count"] > 0, "rolling without --migrating did not break S2"

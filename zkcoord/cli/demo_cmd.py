@@ -10,7 +10,7 @@ import click
 
 from zkcoord.cli.common import echo_json
 from zkcoord.scenario.cluster import Workload
-from zkcoord.scenario.faults import FAULTS
+from zkcoord.scenario.faults import FAULTS, STEPS
 from zkcoord.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
 
 
@@ -20,6 +20,9 @@ def _list() -> None:
         click.echo(f"  {s.name:<10} {s.description}")
     click.echo("\nFaults, each injected for real:")
     for f in FAULTS.values():
+        click.echo(f"  {f.kind:<19} {f.description}")
+    click.echo("\nSteps of the migration scenario:")
+    for f in STEPS.values():
         click.echo(f"  {f.kind:<19} {f.description}")
 
 

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zkcoord import paths
+from zkcoord import legacy_paths, paths
 from zkcoord.errors import CodecError, ZkError
 from zkcoord.groups import GroupStatus, describe_group
 from zkcoord.journal import Journal
@@ -24,7 +24,7 @@ from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig
 from zkcoord.zkserver_ensemble import ZkEnsemble
-from zkcoord.znodes import CoordinatorInfo
+from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +49,18 @@ class Workload:
         return [self.static_topic, *self.wildcard_topics]
 
 
+#: How a member of the migration scenario's zk-client group rebalances: quick retries, so that a conflict with a
+#: slower member costs a fraction of a second, as a tuned 0.8 deployment would have it.
+LEGACY_ARGS = ("--protocol", "zk-client", "--rebalance-backoff", "0.5", "--rebalance-max-retries", "20")
+
+
 @dataclass
 class Member:
     group: str
     proc: ChildProcess
     via_proxy: bool = False
+    #: ``coordinator``, ``zk-client``, or ``migrating`` (a coordinator consumer started with ``--migrating``)
+    kind: str = "coordinator"
 
 
 @dataclass
@@ -137,7 +144,9 @@ class RunCluster:
         for topic in self.workload.wildcard_topics:
             admin.create(topic, self.workload.wildcard_partitions)
 
-    def start_consumer(self, group: str, *, via_proxy: bool = False) -> Member:
+    def start_consumer(self, group: str, *, via_proxy: bool = False, kind: str = "coordinator") -> Member:
+        """Start a consumer of ``group``: ``kind`` is ``coordinator``, ``zk-client`` or ``migrating``.  In an unsafe
+        run a ``migrating`` consumer is started without ``--migrating`` (the contrast: a naive migration)."""
         w = self.workload
         if group == w.static_group:
             subscription = ["--topic", f"{w.static_topic}:{w.static_threads}"]
@@ -146,9 +155,13 @@ class RunCluster:
         zk = self.proxy.address if via_proxy and self.proxy else None
         args = ["consume", "--group", group, *subscription, *self._common(zk), "--data-dir", str(self.data_dir)]
         args += ["--auto-commit-interval", "0.5"]
-        if self.unsafe:
+        if kind == "zk-client":
+            args += LEGACY_ARGS
+        elif kind == "migrating" and not self.unsafe:
+            args.append("--migrating")
+        if self.unsafe and kind != "zk-client":
             args.append("--unsafe")
-        member = Member(group, self._spawn(args, f"consumer-{group}-{self._next()}"), via_proxy)
+        member = Member(group, self._spawn(args, f"consumer-{group}-{self._next()}"), via_proxy, kind)
         self.members.append(member)
         return member
 
@@ -182,6 +195,10 @@ class RunCluster:
         return [self.workload.static_group, self.workload.wildcard_group]
 
     def stable(self, group: str, members: int | None = None) -> bool:
+        """The group's state is STABLE with ``members`` members (and, while it migrates, see :meth:`migrated`)."""
+        live = self.live_members(group)
+        if any(m.kind != "coordinator" for m in live):
+            return self.migration_settled(group, live)
         try:
             description = describe_group(self.admin, group, self.data_dir)
         except Exception:  # noqa: BLE001 (not there yet, or mid-change: not stable)
@@ -189,6 +206,32 @@ class RunCluster:
         if description.state is not GroupStatus.STABLE or description.membership_changed:
             return False
         return members is None or len(description.members) == members
+
+    def migration_settled(self, group: str, live: list[Member]) -> bool:
+        """A group with zk-client members is settled when every partition of its subscription has a Kafka 0.8
+        owner znode (members of both protocols claim them before fetching) and, if it has coordinator members, the
+        coordinator is STABLE over them beside the zk-client ones."""
+        coordinator = sum(m.kind != "zk-client" for m in live)
+        legacy = len(live) - coordinator
+        try:
+            # A naive migration (unsafe run) leaves the owner znodes to the zk-client members alone.
+            for topic in self._subscribed(group) if legacy or not self.unsafe else ():
+                count = TopicAdmin(self.admin).describe(topic).partitions
+                owners = self.admin.children_many([legacy_paths.owners(group, topic)])[0] or []
+                if len(owners) != count:
+                    return False
+            if coordinator == 0:
+                return True
+            state = GroupState.decode(self.admin.get(paths.group_state(group))[0])
+        except (ZkError, CodecError):
+            return False
+        if self.unsafe:  # a naive migration: the coordinator does not know of the zk-client members
+            return state.phase is GroupPhase.STABLE and len(state.members) == coordinator
+        return state.phase is GroupPhase.STABLE and len(state.members) == coordinator and len(state.legacy) == legacy
+
+    def _subscribed(self, group: str) -> list[str]:
+        w = self.workload
+        return [w.static_topic] if group == w.static_group else list(w.wildcard_topics)
 
     def lag(self, group: str) -> int | None:
         try:

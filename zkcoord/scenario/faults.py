@@ -139,6 +139,25 @@ def consumer_leave(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"left {group}"
 
 
+def migrate_consumer(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """Roll one zk-client consumer of the static group onto the coordinator: stop it cleanly, start a migrating one."""
+    group = cluster.workload.static_group
+    legacy = [m for m in cluster.live_members(group) if m.kind == "zk-client"]
+    if not legacy:
+        return "nothing left to migrate"
+    member = rng.choice(legacy)
+    member.proc.signal(signal.SIGTERM)
+    if member.proc.wait(20) != 0:
+        raise ProcessError(f"consumer {member.proc.pid} did not exit 0 on SIGTERM: {member.proc.tail(1)}")
+    successor = cluster.start_consumer(group, kind="migrating")
+    cluster.record_fault(
+        "migrate-consumer", f"consumer-{member.proc.pid}", f"zk-client consumer replaced by {successor.proc.pid}"
+    )
+    say(f"zk-client consumer {member.proc.pid} of {group} replaced by migrating consumer {successor.proc.pid}")
+    _settle(cluster)
+    return f"{len(legacy) - 1} zk-client consumers left in {group}"
+
+
 def partitions_added(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     topic = rng.choice(cluster.workload.topics)
     admin = TopicAdmin(cluster.admin)
@@ -206,3 +225,12 @@ FAULTS: dict[str, Fault] = {
               network_cut),
     )
 }  # fmt: skip
+
+#: Steps of the migration scenario; not faults, so not in the default scenario's "every kind once".
+STEPS: dict[str, Fault] = {
+    "migrate-consumer": Fault(
+        "migrate-consumer",
+        "roll one zk-client consumer onto the coordinator: SIGTERM it, start a --migrating successor",
+        migrate_consumer,
+    ),
+}

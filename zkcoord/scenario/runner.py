@@ -22,7 +22,7 @@ from pathlib import Path
 from zkcoord.errors import ConfigurationError
 from zkcoord.procs import ProcessError, wait_until
 from zkcoord.scenario.cluster import RunCluster, Workload
-from zkcoord.scenario.faults import FAULTS
+from zkcoord.scenario.faults import FAULTS, STEPS
 
 Say = Callable[[str], None]
 
@@ -34,6 +34,8 @@ class Scenario:
     #: fault kinds; the first ``fixed`` run in this order, the rest in a seeded random order
     faults: tuple[str, ...]
     fixed: int = 1
+    #: the static group starts under the zk-client protocol (the migration scenario)
+    legacy_static: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -52,6 +54,11 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("zookeeper", "ZooKeeper restarted (or its leader killed with --ensemble), then a network cut",
                  ("zk-restart", "network-cut"), fixed=0),
         Scenario("calm", "no faults: the workload alone, for a baseline", ()),
+        Scenario("migration",
+                 "live migration: the static group starts under zk-client (Kafka 0.8.2) and its consumers are rolled "
+                 "onto the coordinator one at a time with --migrating, while producing; the --unsafe contrast rolls "
+                 "them without --migrating (a naive migration)",
+                 ("migrate-consumer",) * Workload().static_consumers, fixed=0, legacy_static=True),
     )
 }  # fmt: skip
 
@@ -162,16 +169,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
     try:
         connect = cluster.start_zookeeper()
         say(f"[{label}] ZooKeeper at {connect}; run directory {config.run_dir}")
-        for broker_id in (1, 2, 3):
-            cluster.start_broker(broker_id)
-        wait_until(lambda: cluster.coordinator() is not None, 30, "a coordinator")
-        cluster.create_topics()
-        w = config.workload
-        for i in range(w.static_consumers):
-            cluster.start_consumer(w.static_group, via_proxy=(i == 0))
-        for _ in range(w.wildcard_consumers):
-            cluster.start_consumer(w.wildcard_group)
-        cluster.wait_all_stable(60)
+        _start_workload(cluster, scenario)
         cluster.start_producers()
         progress(f"running scenario {scenario.name!r} for {config.duration_s:g}s with {len(order)} faults")
         slot = config.duration_s / (len(order) + 1)
@@ -179,7 +177,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
             progress(f"fault {i + 1}/{len(order)}: {kind}")
             try:
-                detail = FAULTS[kind].run(cluster, rng, say)
+                detail = {**FAULTS, **STEPS}[kind].run(cluster, rng, say)
             except ProcessError as e:
                 result.problems.append(f"{kind}: {e}")
                 say(f"[{label}] fault {kind} did not settle: {e}")
@@ -190,6 +188,10 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
         progress("producers stopped; draining")
         _drain(cluster, timeout=15.0 if config.unsafe else 45.0, result=result)
         progress("drained")
+        if scenario.legacy_static:
+            left = [m for m in cluster.live_members(config.workload.static_group) if m.kind == "zk-client"]
+            if left:
+                result.problems.append(f"migration unfinished: {len(left)} zk-client consumers left")
     finally:
         cluster.close()
     tail.poll()
@@ -198,6 +200,23 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
     result.seconds = time.monotonic() - started
     (config.run_dir / "run.json").write_text(json.dumps(result.to_json(), indent=2))
     return result
+
+
+def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:
+    """Brokers, topics and both groups, stable before anything is produced."""
+    for broker_id in (1, 2, 3):
+        cluster.start_broker(broker_id)
+    wait_until(lambda: cluster.coordinator() is not None, 30, "a coordinator")
+    cluster.create_topics()
+    w = cluster.workload
+    for i in range(w.static_consumers):
+        if scenario.legacy_static:
+            cluster.start_consumer(w.static_group, kind="zk-client")
+        else:
+            cluster.start_consumer(w.static_group, via_proxy=(i == 0))
+    for _ in range(w.wildcard_consumers):
+        cluster.start_consumer(w.wildcard_group)
+    cluster.wait_all_stable(60)
 
 
 def _wait_until_time(started: float, offset: float, tick: Callable[[], None]) -> None:
