@@ -1,0 +1,308 @@
+"""The rebalance benchmark's results and the arithmetic that turns readings and journal events into them.
+
+Pure functions of their arguments (no I/O): :func:`measure` makes one :class:`Change` from a group's events and the
+readings around it, :func:`summarize` the JSON's ``summary`` rows, :func:`comparison` the protocols' ratios.  The
+driver is :mod:`zkcoord.bench.rebalance`; the JSON document is described in ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from zkcoord.bench.cluster import CpuReading
+from zkcoord.bench.timeline import COORDINATOR, LEGACY, Event, GroupTracker, count_events, first_ts, outage
+from zkcoord.bench.zkfloor import Counters, Floor, delta, stats
+
+if TYPE_CHECKING:
+    from zkcoord.bench.rebalance import BenchConfig
+
+# --- results ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    """One membership change of one group (one row of ``changes`` in the JSON)."""
+
+    protocol: str
+    kind: str  # "join" or "leave"
+    trial: int
+    group: str
+    consumer: str  # the one joining or leaving
+    members_before: int
+    members_after: int
+    partitions: int
+    completed: bool
+    latency_ms: int | None  # trigger -> settled
+    from_command_ms: int | None  # the driver's command -> settled
+    stw_ms: int  # longest interval with no partition of the group fetched
+    gap_ms: int  # longest interval one partition was not fetched
+    unfetched_partition_ms: int  # sum over partitions of the time each was not fetched
+    attempts: int  # rebalance attempts: coordinator rebalance.started; zk-client: every member's attempts
+    conflicts: int
+    retries: int
+    aborted: int
+    failures: int
+    rejected: int
+    reopened: int
+    zk_requests: float  # per group, background subtracted
+    zk_reads: float
+    zk_writes: float
+    zk_requests_raw: int  # the counters' difference over the window, all groups, background included
+    zk_packets_raw: int
+    zk_window_s: float
+    zk_background_per_s: float
+    #: CPU time of each role over the window, background subtracted (None: not readable, e.g. an external ZooKeeper)
+    cpu_ms: dict[str, float | None]
+    start_ts: int
+    trigger_ts: int | None
+    done_ts: int | None
+    breakdown_ms: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass
+class ProtocolRun:
+    protocol: str
+    workers: int
+    formed: bool = False
+    form_s: float | None = None
+    #: the formation (every consumer of every group starting at once): rebalance attempts, conflicts, retries...
+    formation: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    floor_loaded: Floor | None = None
+    changes: list[Change] = field(default_factory=list)
+
+
+# --- measurements -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The server's counters and the processes' CPU times at one instant."""
+
+    counters: Counters
+    cpu: CpuReading
+
+
+def usage_of(quiet: Reading, before: Reading, after: Reading, groups: int) -> dict[str, Any]:
+    """ZooKeeper requests and CPU time from ``before`` to ``after``, less the background rate seen from ``quiet``
+    to ``before``; requests per group (each group changed once)."""
+    background, window = delta(quiet.counters, before.counters), delta(before.counters, after.counters)
+
+    def net(window_value: float, background_value: float) -> float:
+        rate = background_value / background.seconds if background.seconds > 0 else 0.0
+        return max(0.0, window_value - rate * window.seconds)
+
+    cpu: dict[str, float | None] = {}
+    ours = 0.0
+    for role, now in after.cpu.roles.items():
+        start, base = before.cpu.roles.get(role), quiet.cpu.roles.get(role)
+        if now is None or start is None or base is None:
+            cpu[role] = None
+        else:
+            cpu[role] = round(net(now - start, start - base), 1)
+            ours += now - start
+    # What the rest of the machine took meanwhile, raw (no background): other processes (an external ZooKeeper
+    # among them; a process that started in the window counts from 0, one that ended in it is missed), and the
+    # kernel's own work beyond any process (interrupts: loopback networking).
+    others = sum(ms - before.cpu.others.get(pid, 0.0) for pid, ms in after.cpu.others.items())
+    cpu["others"] = round(max(0.0, others), 1)
+    if after.cpu.machine is None or before.cpu.machine is None:
+        cpu["kernel"] = None
+    else:
+        cpu["kernel"] = round(max(0.0, after.cpu.machine - before.cpu.machine - ours - others), 1)
+    reads, writes = net(window.reads, background.reads) / groups, net(window.writes, background.writes) / groups
+    return {
+        "zk_requests": round(reads + writes, 1),
+        "zk_reads": round(reads, 1),
+        "zk_writes": round(writes, 1),
+        "zk_requests_raw": window.requests,
+        "zk_packets_raw": window.packets_received,
+        "zk_window_s": round(window.seconds, 3),
+        "zk_background_per_s": round(background.requests_per_s, 1),
+        "cpu_ms": cpu,
+    }
+
+
+def measure(
+    tracker: GroupTracker,
+    events: list[Event],
+    initial: list[set[tuple[str, str]]],
+    *,
+    kind: str,
+    trial: int,
+    consumer_id: str,
+    members_before: int,
+    start_ms: int,
+    usage: dict[str, Any],
+) -> Change:
+    """One group's change, from its events since ``start_ms`` (the command to the worker)."""
+    trigger_event = "consumer.registered" if kind == "join" else "consumer.deregistered"
+    trigger = first_ts(events, trigger_event, consumer=consumer_id)
+    done = tracker.settled_at.ts if tracker.settled_at is not None else None
+    end = done if done is not None else max((e.ts for e in events), default=start_ms)
+    lost = outage(initial, [e for e in events if e.ts <= end], tracker.topic, start_ms, end)
+    since = trigger if trigger is not None else start_ms
+    legacy = tracker.protocol == LEGACY
+    return Change(
+        protocol=tracker.protocol,
+        kind=kind,
+        trial=trial,
+        group=tracker.name,
+        consumer=consumer_id,
+        members_before=members_before,
+        members_after=len(tracker.members),
+        partitions=tracker.partitions,
+        completed=done is not None,
+        latency_ms=None if done is None else max(0, done - since),
+        from_command_ms=None if done is None else max(0, done - start_ms),
+        stw_ms=lost.stw_ms,
+        gap_ms=lost.gap_ms,
+        unfetched_partition_ms=lost.unfetched_ms,
+        attempts=count_events(events, "legacy.rebalance.started" if legacy else "rebalance.started"),
+        conflicts=count_events(events, "legacy.rebalance.conflict"),
+        retries=count_events(events, "legacy.rebalance.retrying", "rebalance.retrying"),
+        aborted=count_events(events, "rebalance.aborted"),
+        failures=count_events(events, "legacy.rebalance.failed", "rebalance.failed"),
+        rejected=count_events(events, "command.rejected", "offsets.fenced"),
+        reopened=tracker.reopened,
+        start_ts=start_ms,
+        trigger_ts=trigger,
+        done_ts=done,
+        breakdown_ms=breakdown(tracker, events, since, end),
+        **usage,
+    )
+
+
+def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: int) -> dict[str, int | None]:
+    """When the steps of the change happened, in ms after the trigger (None: did not happen in the change)."""
+
+    def rel(ts: int | None) -> int | None:
+        return None if ts is None else ts - since
+
+    window = [e for e in events if e.ts <= end]
+    if tracker.protocol == COORDINATOR:
+        final = tracker.settled_generation
+        applied: dict[str, list[int]] = {"stop-fetcher": [], "start-fetcher": []}
+        for e in window:
+            if e.ev == "command.applied" and e.fields.get("generation") == final:
+                applied.setdefault(str(e.fields.get("option")), []).append(e.ts)
+        requested = next((e.ts for e in window if e.ev == "rebalance.requested" and e.ts >= since), None)
+        return {
+            "requested": rel(requested),
+            "started": rel(first_ts(window, "rebalance.started", generation=final)),
+            "stop_applied_first": rel(min(applied["stop-fetcher"], default=None)),
+            "stop_applied_last": rel(max(applied["stop-fetcher"], default=None)),
+            "barrier": rel(first_ts(window, "rebalance.barrier", generation=final)),
+            "start_applied_first": rel(min(applied["start-fetcher"], default=None)),
+            "start_applied_last": rel(max(applied["start-fetcher"], default=None)),
+            "completed": rel(first_ts(events, "rebalance.completed", generation=final)),
+        }
+    completions = [e.ts for e in window if e.ev == "legacy.rebalance.completed"]
+    return {
+        "first_attempt": rel(first_ts(window, "legacy.rebalance.started")),
+        "first_conflict": rel(first_ts(window, "legacy.rebalance.conflict")),
+        "first_completed": rel(min(completions, default=None)),
+        "last_completed": rel(max(completions, default=None)),
+    }
+
+
+def formation_counts(trackers: Iterable[GroupTracker]) -> dict[str, int]:
+    """What forming the groups cost, from all their events so far (summed over the groups)."""
+    events = [e for t in trackers for e in t.events]
+    return {
+        "attempts": count_events(events, "rebalance.started", "legacy.rebalance.started"),
+        "conflicts": count_events(events, "legacy.rebalance.conflict"),
+        "retries": count_events(events, "legacy.rebalance.retrying", "rebalance.retrying"),
+        "aborted": count_events(events, "rebalance.aborted"),
+        "failures": count_events(events, "legacy.rebalance.failed", "rebalance.failed"),
+    }
+
+
+def describe(changes: list[Change]) -> str:
+    """One progress line for the changes of one step (one per group)."""
+    c = changes[0]
+    arrow = f"{c.kind:<5} -> {c.members_after}"
+    lat = [x.latency_ms for x in changes if x.latency_ms is not None]
+    done = sum(1 for x in changes if x.completed)
+    latency = "/".join(f"{v}" for v in lat) + " ms" if lat else "not settled"
+    extra = []
+    if done < len(changes):
+        extra.append(f"{len(changes) - done} of {len(changes)} groups did not settle")
+    conflicts = sum(x.conflicts for x in changes)
+    retries = sum(x.retries + x.aborted for x in changes)
+    if conflicts or retries:
+        extra.append(f"{conflicts} conflicts, {retries} retries")
+    stw = max(x.stw_ms for x in changes)
+    return (
+        f"{arrow}: {latency} (stw {stw} ms, {sum(x.attempts for x in changes)} attempts, "
+        f"{c.zk_requests:.0f} ZK requests/group{', ' if extra else ''}{', '.join(extra)})"
+    )
+
+
+def _median(values: list[float]) -> float | None:
+    return stats(values)["p50"] if values else None
+
+
+def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str, Any]]:
+    """The summary rows of one protocol: one per kind of change."""
+    rows = []
+    for kind in ("join", "leave"):
+        changes = [c for c in run.changes if c.kind == kind]
+        latencies = [float(c.latency_ms) for c in changes if c.latency_ms is not None]
+        completed = [c for c in changes if c.completed]
+        lat = stats(latencies) if latencies else None
+        p50 = lat["p50"] if lat else None
+        breakdown_p50: dict[str, float | None] = {}
+        for key in changes[0].breakdown_ms if changes else {}:
+            values = [float(v) for c in completed if (v := c.breakdown_ms.get(key)) is not None]
+            breakdown_p50[key] = _median(values)
+        rows.append(
+            {
+                "protocol": run.protocol,
+                "kind": kind,
+                "consumers": cfg.consumers,
+                "partitions": cfg.partitions,
+                "groups": cfg.groups,
+                "trials": cfg.trials,
+                "changes": len(changes),
+                "completed": len(completed),
+                "formed": run.formed,
+                "latency_ms": lat,
+                "stw_ms": stats([float(c.stw_ms) for c in completed]) if completed else None,
+                "gap_ms": stats([float(c.gap_ms) for c in completed]) if completed else None,
+                "unfetched_partition_ms_p50": _median([float(c.unfetched_partition_ms) for c in completed]),
+                "zk_requests_per_rebalance": _median([c.zk_requests for c in changes]),
+                "zk_reads_per_rebalance": _median([c.zk_reads for c in changes]),
+                "zk_writes_per_rebalance": _median([c.zk_writes for c in changes]),
+                "attempts": sum(c.attempts for c in changes),
+                "conflicts": sum(c.conflicts for c in changes),
+                "retries": sum(c.retries for c in changes),
+                "aborted": sum(c.aborted for c in changes),
+                "failures": sum(c.failures for c in changes),
+                "rejected": sum(c.rejected for c in changes),
+                "reopened": sum(c.reopened for c in changes),
+                "cpu_ms_p50": {
+                    role: _median([ms for c in changes if (ms := c.cpu_ms.get(role)) is not None])
+                    for role in sorted({role for c in changes for role in c.cpu_ms})
+                },
+                "window_ms_p50": _median([c.zk_window_s * 1000 for c in changes]),
+                "from_command_ms_p50": _median([float(c.from_command_ms) for c in completed if c.from_command_ms]),
+                "x_floor_watch": round(p50 / floor.watch, 1) if p50 is not None and floor.watch > 0 else None,
+                "x_floor_write": round(p50 / floor.write, 1) if p50 is not None and floor.write > 0 else None,
+                "legacy_backoff_s": cfg.legacy_backoff_s if run.protocol == LEGACY else None,
+                "breakdown_ms_p50": breakdown_p50,
+            }
+        )
+    return rows
+
+
+def comparison(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """``zk-client`` p50 over ``coordinator`` p50, per kind of change (None unless both ran and settled)."""
+    out: dict[str, float | None] = {}
+    for kind in ("join", "leave"):
+        p50 = {r["protocol"]: (r["latency_ms"] or {}).get("p50") for r in rows if r["kind"] == kind}
+        co, zk = p50.get(COORDINATOR), p50.get(LEGACY)
+        out[f"{kind}_legacy_over_coordinator"] = round(zk / co, 1) if co and zk else None
+    return out
