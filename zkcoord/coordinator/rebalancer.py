@@ -46,6 +46,17 @@ from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, Membe
 log = logging.getLogger(__name__)
 
 
+class Begun(Enum):
+    """What :meth:`Rebalancer.begin` did with a group."""
+
+    #: examined and nothing to do, or the attempt ended at once (its read or first write failed: retry scheduled)
+    SKIPPED = "skipped"
+    #: an attempt is running (the caller watches its members' channels)
+    STARTED = "started"
+    #: a rebalance is needed but there was no room: nothing was done, the caller queues the group again
+    DEFERRED = "deferred"
+
+
 class Step(Enum):
     STOPPING = "stopping"
     STARTING = "starting"
@@ -145,32 +156,50 @@ class Rebalancer:
 
     # --- entry points (worker thread) ------------------------------------------------------------------------------
 
-    def begin(self, group: str, trigger: str, requested_at: float) -> bool:
-        """Start (or skip) a rebalance of ``group``.  Returns True if an attempt is now running.
+    def begin(
+        self,
+        group: str,
+        trigger: str,
+        requested_at: float,
+        read: ReadResult | ZkError | None = None,
+        *,
+        room: bool = True,
+    ) -> Begun:
+        """Examine ``group`` and start a rebalance attempt if one is needed (seed D).
 
+        :param read: the group as already read (:func:`~zkcoord.coordinator.snapshot.read_groups`, pipelined with
+            other groups), or the error that read failed with; ``None`` reads it here.
+        :param room: whether an attempt may start now.  If not and one is needed, nothing is journalled or changed
+            and :attr:`Begun.DEFERRED` is returned: the caller queues the group again.
         :raises FencedError: the term is over.  Other ZooKeeper errors are handled as a failed attempt.
         """
-        try:
-            read = read_group(self.zk, group)
-        except ZkError as e:
-            self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {e}", generation=None)
-            return group in self.active
+        if read is None:
+            try:
+                read = read_group(self.zk, group)
+            except ZkError as e:
+                read = e
+        if isinstance(read, ZkError):
+            self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
+            return Begun.SKIPPED
+        planned = plan(read.snapshot, self.topics(), self.config.assignor)
+        wanted = planned.necessary or self.retries.get(group, 0) != 0
+        if wanted and (planned.members or read.snapshot.state is not None) and not room:
+            return Begun.DEFERRED
         self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
         for path, reason in read.snapshot.rejected:
             self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
             log.warning("group %s: ignoring %s: %s", group, path, reason)
-        planned = plan(read.snapshot, self.topics(), self.config.assignor)
         for what, reason in planned.notes:
             self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
-        if not planned.necessary and self.retries.get(group, 0) == 0:
+        if not wanted:
             self.metrics.rebalances_skipped += 1
             self.group_state[group] = "stable" if planned.members else "empty"
             self.journal.emit("rebalance.skipped", group=group, reason=planned.reason, trigger=trigger)
-            return False
+            return Begun.SKIPPED
         if not planned.members and read.snapshot.state is None:
             self.group_state[group] = "empty"
             self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
-            return False
+            return Begun.SKIPPED
         state = read.snapshot.state
         generation = (state.generation if state else 0) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
@@ -192,7 +221,7 @@ class Rebalancer:
         )
         fault_point("coordinator.before_stop", self.journal)
         self._send_stop(attempt)
-        return group in self.active
+        return Begun.STARTED if group in self.active else Begun.SKIPPED
 
     def on_channel(self, group: str, consumer_id: str, children: list[str]) -> None:
         """A member's channel changed: maybe its command was acknowledged (deleted)."""

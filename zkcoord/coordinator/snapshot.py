@@ -1,4 +1,7 @@
-"""Reading one group's znodes into a :class:`~zkcoord.coordinator.plan.GroupSnapshot` (pipelined reads).
+"""Reading groups' znodes into :class:`~zkcoord.coordinator.plan.GroupSnapshot` values (pipelined reads).
+
+:func:`read_groups` reads any number of groups in four pipelined bursts (a new coordinator re-examines every group
+this way); :func:`read_group` is the same for one group.
 
 Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each becomes a ``(path, reason)`` in
 ``GroupSnapshot.rejected`` and the member (or owner) is left out, so the group is rebalanced without it (S7).
@@ -6,12 +9,13 @@ Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from zkcoord import paths
 from zkcoord.coordinator.plan import GroupSnapshot, Member
-from zkcoord.errors import CodecError, NoNodeError
-from zkcoord.zk import ZkClient
+from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.zk import Stat, ZkClient
 from zkcoord.znodes import GroupState, MemberRegistration, decode_owner
 
 
@@ -28,21 +32,84 @@ class ReadResult:
 
 def read_group(zk: ZkClient, group: str) -> ReadResult:
     """Read members, state, ownership registry and channels of ``group``.  :raises ZkError: on I/O failure."""
-    rejected: list[tuple[str, str]] = []
-    ids_path, owners_path = paths.group_ids(group), paths.owners_root(group)
-    member_ids, topics, channels = zk.children_many([ids_path, owners_path, paths.channel_root(group)])
-    member_ids = sorted(member_ids or [])
+    result = read_groups(zk, [group])[group]
+    if isinstance(result, ZkError):
+        raise result
+    return result
 
-    member_paths = [paths.member(group, cid) for cid in member_ids]
-    state_path = paths.group_state(group)
-    owner_topic_paths = [paths.owners(group, t) for t in sorted(topics or [])]
-    reads = zk.get_many([*member_paths, state_path])
-    partition_lists = zk.children_many(owner_topic_paths)
 
+def read_groups(zk: ZkClient, groups: Sequence[str]) -> dict[str, ReadResult | ZkError]:
+    """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
+    dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
+
+    Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
+    them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
+    """
+    out: dict[str, ReadResult | ZkError] = {}
+    try:
+        listings = zk.children_many(
+            [p for g in groups for p in (paths.group_ids(g), paths.owners_root(g), paths.channel_root(g))]
+        )
+        member_ids = {g: sorted(listings[3 * i] or []) for i, g in enumerate(groups)}
+        topics = {g: listings[3 * i + 1] for i, g in enumerate(groups)}
+        channels = {g: listings[3 * i + 2] for i, g in enumerate(groups)}
+        reads = zk.get_many(
+            [p for g in groups for p in (*(paths.member(g, c) for c in member_ids[g]), paths.group_state(g))]
+        )
+        topic_keys = [(g, t) for g in groups for t in sorted(topics[g] or [])]
+        partition_lists = zk.children_many([paths.owners(g, t) for g, t in topic_keys])
+        rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
+        owner_keys: list[tuple[str, str, int]] = []
+        for (g, topic), parts in zip(topic_keys, partition_lists, strict=True):
+            for p in sorted(parts or []):
+                if p.isdigit():
+                    owner_keys.append((g, topic, int(p)))
+                else:
+                    rejected[g].append((f"{paths.owners(g, topic)}/{p}", "not a partition number"))
+        owner_reads = zk.get_many([paths.owner(g, t, p) for g, t, p in owner_keys])
+    except ZkError as e:
+        return dict.fromkeys(groups, e)
+    owners: dict[str, dict[str, dict[int, str]]] = {g: {} for g in groups}
+    for (g, topic, partition), got in zip(owner_keys, owner_reads, strict=True):
+        if got is None:
+            continue
+        path = paths.owner(g, topic, partition)
+        try:
+            owners[g].setdefault(topic, {})[partition] = decode_owner(got[0], path)
+        except CodecError as e:
+            rejected[g].append((path, e.reason))
+    at = 0
+    for g in groups:
+        n = len(member_ids[g])
+        out[g] = _decode(
+            g,
+            member_ids[g],
+            reads[at : at + n + 1],
+            owners=owners[g],
+            topics=topics[g],
+            channels=channels[g],
+            rejected=rejected[g],
+        )
+        at += n + 1
+    return out
+
+
+def _decode(
+    group: str,
+    member_ids: list[str],
+    reads: list[tuple[bytes, Stat] | None],
+    *,
+    owners: dict[str, dict[int, str]],
+    topics: list[str] | None,
+    channels: list[str] | None,
+    rejected: list[tuple[str, str]],
+) -> ReadResult:
+    """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``)."""
     members: dict[str, Member] = {}
-    for cid, path, got in zip(member_ids, member_paths, reads[: len(member_paths)], strict=True):
+    for cid, got in zip(member_ids, reads[:-1], strict=True):
         if got is None:
             continue  # left between the listing and the read
+        path = paths.member(group, cid)
         data, stat = got
         try:
             members[cid] = Member(cid, MemberRegistration.decode(data, path), stat.czxid)
@@ -52,28 +119,13 @@ def read_group(zk: ZkClient, group: str) -> ReadResult:
     state: GroupState | None = None
     state_version = -1
     got_state = reads[-1]
+    state_path = paths.group_state(group)
     if got_state is not None:
         state_version = got_state[1].version
         try:
             state = GroupState.decode(got_state[0], state_path)
         except CodecError as e:
             rejected.append((state_path, e.reason))  # rebuilt by the next rebalance
-
-    owner_paths: list[tuple[str, int, str]] = []
-    for topic, parts in zip(sorted(topics or []), partition_lists, strict=True):
-        for p in sorted(parts or []):
-            if p.isdigit():
-                owner_paths.append((topic, int(p), paths.owner(group, topic, int(p))))
-            else:
-                rejected.append((f"{paths.owners(group, topic)}/{p}", "not a partition number"))
-    owners: dict[str, dict[int, str]] = {}
-    for (topic, partition, path), got in zip(owner_paths, zk.get_many([p for _, _, p in owner_paths]), strict=True):
-        if got is None:
-            continue
-        try:
-            owners.setdefault(topic, {})[partition] = decode_owner(got[0], path)
-        except CodecError as e:
-            rejected.append((path, e.reason))
 
     snapshot = GroupSnapshot(
         group=group,
