@@ -443,8 +443,13 @@ class Coordinator:
             for group in missing:
                 self._ensure(fence, paths.group_ids(group))
             again = self.zk.children_many([paths.group_ids(g) for g in missing], watch=watch)
-            out.update((g, c or []) for g, c in zip(missing, again, strict=True))
-        self._member_ids.update(out)
+            out.update((g, c) for g, c in zip(missing, again, strict=True) if c is not None)
+        # Only a listing made under an armed watch stands for the group's members until the watch fires.
+        for group in groups:
+            if group in out:
+                self._member_ids[group] = out[group]
+            else:
+                self._member_ids.pop(group, None)
         return out
 
     def _on_members_watch(self, path: str, kind: WatchKind) -> None:
@@ -513,7 +518,7 @@ class Coordinator:
         batch = self._take_batch(rebalancer)
         if not batch:
             return
-        reads = read_groups(self.zk, batch)
+        reads = read_groups(self.zk, batch, self._member_ids)
         deferred: list[str] = []
         todo = deque(batch)
         try:

@@ -37,7 +37,7 @@ from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, comma
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.plan import Plan, plan
 from zkcoord.coordinator.snapshot import ReadResult, read_group
-from zkcoord.errors import CodecError, FencedError, ZkError
+from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ZkClient
@@ -278,12 +278,19 @@ class Rebalancer:
     # --- phases --------------------------------------------------------------------------------------------------
 
     def _send_stop(self, attempt: Attempt) -> None:
-        g, snap = attempt.group, attempt.read.snapshot
+        g = attempt.group
         attempt.step = Step.STOPPING
         attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
+        try:
+            channels = set(self.zk.get_children(paths.channel_root(g)))
+        except NoNodeError:
+            channels = set()
+        except ZkError as e:
+            self._retry(attempt, f"cannot list the channels: {e}")
+            return
         ops: list[Op] = []
         for cid in sorted(attempt.plan.members):
-            if cid not in snap.channels:
+            if cid not in channels:
                 ops.append(Op("create", paths.channel(g, cid)))
             cmd = Command(CommandOption.STOP_FETCHER, self.epoch, attempt.generation, g, {}, self.wall_ms())
             ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))

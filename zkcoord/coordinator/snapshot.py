@@ -9,7 +9,7 @@ Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from zkcoord import paths
@@ -31,31 +31,34 @@ class ReadResult:
 
 
 def read_group(zk: ZkClient, group: str) -> ReadResult:
-    """Read members, state, ownership registry and channels of ``group``.  :raises ZkError: on I/O failure."""
+    """Read members, state and ownership registry of ``group``.  :raises ZkError: on I/O failure."""
     result = read_groups(zk, [group])[group]
     if isinstance(result, ZkError):
         raise result
     return result
 
 
-def read_groups(zk: ZkClient, groups: Sequence[str]) -> dict[str, ReadResult | ZkError]:
+def read_groups(
+    zk: ZkClient, groups: Sequence[str], member_ids: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, ReadResult | ZkError]:
     """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
     dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
+
+    ``member_ids``: member listings the caller already holds *under a children watch* (any later change is reported
+    to it, and it examines the group again then); those groups' ``ids`` are not listed again.
 
     Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
     them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
     """
     out: dict[str, ReadResult | ZkError] = {}
+    known = member_ids or {}
+    unlisted = [g for g in groups if g not in known]
     try:
-        listings = zk.children_many(
-            [p for g in groups for p in (paths.group_ids(g), paths.owners_root(g), paths.channel_root(g))]
-        )
-        member_ids = {g: sorted(listings[3 * i] or []) for i, g in enumerate(groups)}
-        topics = {g: listings[3 * i + 1] for i, g in enumerate(groups)}
-        channels = {g: listings[3 * i + 2] for i, g in enumerate(groups)}
-        reads = zk.get_many(
-            [p for g in groups for p in (*(paths.member(g, c) for c in member_ids[g]), paths.group_state(g))]
-        )
+        listings = zk.children_many([paths.owners_root(g) for g in groups] + [paths.group_ids(g) for g in unlisted])
+        topics = {g: listings[i] for i, g in enumerate(groups)}
+        ids = {g: sorted(known[g]) for g in groups if g in known}
+        ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[len(groups) :], strict=True))
+        reads = zk.get_many([p for g in groups for p in (*(paths.member(g, c) for c in ids[g]), paths.group_state(g))])
         topic_keys = [(g, t) for g in groups for t in sorted(topics[g] or [])]
         partition_lists = zk.children_many([paths.owners(g, t) for g, t in topic_keys])
         rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
@@ -80,16 +83,8 @@ def read_groups(zk: ZkClient, groups: Sequence[str]) -> dict[str, ReadResult | Z
             rejected[g].append((path, e.reason))
     at = 0
     for g in groups:
-        n = len(member_ids[g])
-        out[g] = _decode(
-            g,
-            member_ids[g],
-            reads[at : at + n + 1],
-            owners=owners[g],
-            topics=topics[g],
-            channels=channels[g],
-            rejected=rejected[g],
-        )
+        n = len(ids[g])
+        out[g] = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
         at += n + 1
     return out
 
@@ -101,7 +96,6 @@ def _decode(
     *,
     owners: dict[str, dict[int, str]],
     topics: list[str] | None,
-    channels: list[str] | None,
     rejected: list[tuple[str, str]],
 ) -> ReadResult:
     """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``)."""
@@ -132,7 +126,6 @@ def _decode(
         members=members,
         state=state,
         owners=owners,
-        channels=frozenset(channels or []),
         rejected=tuple(rejected),
     )
     return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None)
