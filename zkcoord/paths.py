@@ -36,6 +36,14 @@ def group_ids(name: str) -> str:
     return f"{GROUPS}/{name}/ids"
 
 
+def group_of_ids(path: str) -> str | None:
+    """The group whose ``ids`` path :func:`group_ids` built, or None if ``path`` is not one."""
+    head, tail = f"{GROUPS}/", "/ids"
+    if path.startswith(head) and path.endswith(tail) and "/" not in path[len(head) : -len(tail)]:
+        return path[len(head) : -len(tail)] or None
+    return None
+
+
 def member(group_name: str, consumer_id: str) -> str:
     return f"{GROUPS}/{group_name}/ids/{consumer_id}"
 

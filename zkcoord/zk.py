@@ -44,7 +44,17 @@ from zkcoord.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ConnState", "Stat", "Transaction", "ZkAddress", "ZkClient", "ZkConfig", "translate"]
+__all__ = [
+    "ConnState",
+    "Stat",
+    "Transaction",
+    "WatchEvent",
+    "WatchKind",
+    "ZkAddress",
+    "ZkClient",
+    "ZkConfig",
+    "translate",
+]
 
 
 class Stat(Protocol):
@@ -77,6 +87,44 @@ class ConnState(Enum):
     CONNECTED = "connected"
     SUSPENDED = "suspended"
     LOST = "lost"
+
+
+class WatchKind(Enum):
+    """What fired a one-shot watch (ZooKeeper's event types).  ``RESET``: the connection was lost and the watch is
+    gone without anything having changed (kazoo does not re-register raw watches): re-read and re-watch."""
+
+    CREATED = "CREATED"
+    DELETED = "DELETED"
+    CHANGED = "CHANGED"
+    CHILD = "CHILD"
+    RESET = "NONE"
+
+
+_WATCH_KINDS = {kind.value: kind for kind in WatchKind}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One firing of a one-shot watch set by :meth:`ZkClient.children_many`: its kind and the watched path."""
+
+    kind: WatchKind
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class _OneShot:
+    """A raw kazoo watcher for one path.  Equal for the same ``(func, path)``, so kazoo's per-path watcher set keeps
+    one of them however often the path is re-watched before it fires (one event per change, not one per re-read)."""
+
+    func: Callable[[WatchEvent], None]
+    path: str
+
+    def __call__(self, event: Any) -> None:
+        kind = _WATCH_KINDS.get(event.type, WatchKind.RESET)
+        try:
+            self.func(WatchEvent(kind, self.path))
+        except Exception:  # a raising callback must not kill kazoo's watch thread
+            log.exception("watch callback on %s failed", self.path)
 
 
 _STATE_MAP = {KazooState.CONNECTED: ConnState.CONNECTED, KazooState.SUSPENDED: ConnState.SUSPENDED}
@@ -437,9 +485,23 @@ class ZkClient:
             out.append((data or b"", stat))
         return out
 
-    def children_many(self, paths: Sequence[str]) -> list[list[str] | None]:
-        """List the children of many znodes in one pipelined burst; absent nodes give ``None``."""
-        pending = [(path, self.kazoo.get_children_async(path)) for path in paths]
+    def children_many(
+        self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
+    ) -> list[list[str] | None]:
+        """List the children of many znodes in one pipelined burst; absent nodes give ``None``.
+
+        With ``watch``, each listing that succeeds also sets a one-shot children watch on its path: ``watch`` is
+        called once with a :class:`WatchEvent` when the children change (``CHILD``), the node is deleted
+        (``DELETED``), or the connection is lost (``RESET``: the watch is gone, nothing is known to have changed).
+        Listing a path again re-arms it; a path watched several times before it fires still fires once.  No watch
+        is set on an absent node.  ``watch`` runs on kazoo's watch thread: enqueue, do not block, do not call
+        ZooKeeper.
+        """
+        kazoo = self.kazoo
+        if watch is None:
+            pending = [(path, kazoo.get_children_async(path)) for path in paths]
+        else:
+            pending = [(path, kazoo.get_children_async(path, watch=_OneShot(watch, path))) for path in paths]
         out: list[list[str] | None] = []
         for path, result in pending:
             try:

@@ -39,333 +39,43 @@ import cProfile
 import io
 import json
 import os
-import platform
 import pstats
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from zkcoord import paths
-from zkcoord.errors import CodecError
 from zkcoord.procs import ChildProcess, ProcessError
 from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig
-from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState
+from zkcoord.znodes import CoordinatorInfo, GroupPhase
 
+from .children import Profiler, SwarmProcess
+from .observe import (
+    JournalTail,
+    formation_summary,
+    group_states,
+    journal_of,
+    quiet_since,
+    stable_count,
+    wait_for,
+)
+from .params import DEFAULT_OUT, GOAL_S, PROFILE_RATE, STARTUP, TOPIC, Params, Result, say, seconds
 from .probe import examine_one_at_a_time, examine_pipelined, per_request_us, round_trip_ms
 from .profile import report
+from .report import save, table
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scale.json"
-TOPIC = "scale-topic"
-GROUP_PREFIX = "scale-"
-GOAL_S = 10.0
-PROFILE_RATE = 100  # py-spy samples per second (non-blocking: the target is not paused to sample)
-STARTUP = "coordinator startup"  # the trigger of a new coordinator's first examination
-#: journal events that mean the coordinator is working on a group
-WORK_EVENTS = frozenset(
-    {
-        "rebalance.requested",
-        "rebalance.skipped",
-        "rebalance.started",
-        "rebalance.barrier",
-        "rebalance.completed",
-        "rebalance.aborted",
-        "rebalance.retrying",
-        "rebalance.failed",
-        "command.sent",
-        "command.acked",
-    }
-)
-
-
-def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Params:
-    groups: int = 1000
-    consumers: int = 10_000
-    processes: int = 4
-    partitions: int = 4
-    session_timeout_s: float = 4.0
-    consumer_session_timeout_s: float = 10.0
-    zk_heap_mb: int = 1024
-    zk_fsync: bool = True
-    failovers: int = 3
-    profile: bool = False
-    form_timeout_s: float = 900.0
-    failover_timeout_s: float = 300.0
-
-    @property
-    def per_group(self) -> int:
-        return self.consumers // self.groups
-
-    def group_names(self) -> list[str]:
-        return [f"{GROUP_PREFIX}{i:04d}" for i in range(self.groups)]
-
-    def key(self) -> str:
-        return f"{self.groups}g/{self.consumers}c/{self.processes}p"
-
-
-# --- processes ------------------------------------------------------------------------------------------------------
-
-
-class SwarmProcess:
-    """``python -m benchmarks.scale.swarm`` for a range of groups, output to a log file."""
-
-    def __init__(self, index: int, *, params: Params, first: int, last: int, hosts: str, run_dir: Path) -> None:
-        self.index = index
-        self.ready_file = run_dir / f"swarm-{index}.ready.json"
-        self.stats_file = run_dir / f"swarm-{index}.stats.json"
-        self.log_path = run_dir / f"swarm-{index}.log"
-        self.args = [
-            sys.executable,
-            "-m",
-            "benchmarks.scale.swarm",
-            "--zk",
-            hosts,
-            "--groups",
-            f"{first}..{last}",
-            "--group-prefix",
-            GROUP_PREFIX,
-            "--per-group",
-            str(params.per_group),
-            "--topic",
-            TOPIC,
-            "--session-timeout",
-            f"{params.consumer_session_timeout_s:g}",
-            "--host",
-            f"swarm{index}",
-            "--ready-file",
-            str(self.ready_file),
-            "--stats-file",
-            str(self.stats_file),
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    def start(self) -> SwarmProcess:
-        self._log = self.log_path.open("ab")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        return self
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise ProcessError(f"swarm {self.index} exited with {self.proc.returncode}: {self.tail()}")
-
-    def tail(self, lines: int = 5) -> str:
-        with contextlib.suppress(OSError):
-            return " | ".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def terminate(self, timeout: float = 60.0) -> int | None:
-        """SIGTERM (the swarm closes its sessions and writes its stats), SIGKILL after ``timeout``."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return self.proc.returncode
-
-
-class Profiler:
-    """py-spy sampling one process (``--idle``: wall time, not only CPU), collapsed stacks to ``output``."""
-
-    def __init__(self, pid: int, output: Path, rate: int) -> None:
-        self.output = output
-        exe = Path(sys.executable).with_name("py-spy")
-        self.args = [
-            str(exe if exe.exists() else "py-spy"),
-            "record",
-            "--pid",
-            str(pid),
-            "--rate",
-            str(rate),
-            "--idle",
-            "--threads",
-            "--nonblocking",
-            "--format",
-            "raw",
-            "--output",
-            str(output),
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Profiler:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)  # let it attach before anything happens
-        if self.proc.poll() is not None:
-            err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-            raise ProcessError(f"py-spy failed to start: {err.strip()[:300]}")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        self.proc = None
-
-
-# --- journals -------------------------------------------------------------------------------------------------------
-
-
-class JournalTail:
-    """Follows one process's journal file: :meth:`poll` returns the events appended since the last call."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._rest = b""
-        self.events: list[dict[str, Any]] = []
-
-    def poll(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        lines = (self._rest + chunk).split(b"\n")
-        self._rest = lines.pop()
-        new = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                new.append(json.loads(line))
-        self.events += new
-        return new
-
-
-def journal_of(journal_dir: Path, broker_id: int, pid: int) -> Path:
-    return journal_dir / f"broker-{broker_id}.{pid}.jsonl"
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1) if ordered else None
-
-
-# --- waiting --------------------------------------------------------------------------------------------------------
-
-
-def wait_for(
-    condition: Callable[[], bool],
-    timeout: float,
-    what: str,
-    *,
-    interval: float = 0.05,
-    progress: Callable[[], str] | None = None,
-    every: float = 10.0,
-    check: Callable[[], None] | None = None,
-) -> None:
-    """Poll ``condition`` until true; raise :class:`ProcessError` after ``timeout``; report progress now and then."""
-    start = time.monotonic()
-    deadline = start + timeout
-    next_report = start + every
-    while not condition():
-        now = time.monotonic()
-        if check is not None:
-            check()
-        if now >= deadline:
-            raise ProcessError(
-                f"timed out after {timeout:g} s waiting for {what}" + (f" ({progress()})" if progress else "")
-            )
-        if progress is not None and now >= next_report:
-            next_report += every
-            say(f"  waiting for {what}: {progress()} ({now - start:.0f} s)")
-        time.sleep(interval)
-
-
-def group_states(zk: ZkClient, groups: list[str]) -> dict[str, GroupState | None]:
-    out: dict[str, GroupState | None] = {}
-    for group, got in zip(groups, zk.get_many([paths.group_state(g) for g in groups]), strict=True):
-        state = None
-        if got is not None:
-            with contextlib.suppress(CodecError):
-                state = GroupState.decode(got[0])
-        out[group] = state
-    return out
-
-
-def stable_count(zk: ZkClient, groups: list[str], members: int) -> int:
-    return sum(
-        1
-        for s in group_states(zk, groups).values()
-        if s is not None and s.phase is GroupPhase.STABLE and len(s.members) == members
-    )
-
-
-# --- the run --------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    key: str
-    params: dict[str, Any]
-    formation: dict[str, Any] = field(default_factory=dict)
-    failovers: list[dict[str, Any]] = field(default_factory=list)
-    swarm: dict[str, Any] = field(default_factory=dict)
-    probe: dict[str, Any] = field(default_factory=dict)
-    profile_files: dict[str, str] = field(default_factory=dict)
-
-
-def formation_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
-    def count(kind: str) -> int:
-        return sum(1 for e in events if e["ev"] == kind)
-
-    latencies = [float(e["latency_ms"]) for e in events if e["ev"] == "rebalance.completed"]
-    return {
-        "rebalances_started": count("rebalance.started"),
-        "rebalances_completed": count("rebalance.completed"),
-        "rebalances_skipped": count("rebalance.skipped"),
-        "attempts_aborted": count("rebalance.aborted"),
-        "attempts_retried": count("rebalance.retrying"),
-        "rebalances_failed": count("rebalance.failed"),
-        "commands_sent": count("command.sent"),
-        "rebalance_latency_ms_p50": percentile(latencies, 0.5),
-        "rebalance_latency_ms_p95": percentile(latencies, 0.95),
-        "rebalance_latency_ms_max": percentile(latencies, 1.0),
-    }
-
-
-def quiet_since(tail: JournalTail) -> float:
-    """Seconds since the last work event in ``tail``'s journal (inf if none)."""
-    tail.poll()
-    work = [e["mono"] for e in tail.events if e["ev"] in WORK_EVENTS]
-    return (time.monotonic_ns() - max(work)) / 1e9 if work else float("inf")
+__all__ = ["Params", "Result", "ScaleRun", "main"]
 
 
 class ScaleRun:
@@ -671,128 +381,6 @@ class ScaleRun:
         for failover in self.result.failovers:
             failover["commands_consumers_got"] = by_epoch.get(int(failover["epoch"]), 0)
         self.result.swarm = {"counters": dict(counters)}
-
-
-def seconds(ns: int) -> float:
-    return round(ns / 1e9, 3)
-
-
-# --- output ---------------------------------------------------------------------------------------------------------
-
-
-FAILOVER_ROWS = (
-    ("failover: SIGKILL -> old session expired (znode deleted)", "kill_to_expiry_s"),
-    ("failover: expiry -> new coordinator elected", "expiry_to_elected_s"),
-    ("failover: elected -> every group listed and watched", "elected_to_groups_listed_s"),
-    ("failover: elected -> first group re-examined", "elected_to_first_examined_s"),
-    ("failover: elected -> every group re-examined", "elected_to_all_examined_s"),
-    ("failover: TOTAL expiry -> every group re-examined", "expiry_to_all_examined_s"),
-    ("failover: TOTAL expiry -> every group STABLE again", "expiry_to_stable_again_s"),
-    ("failover: expiry -> new coordinator idle", "expiry_to_idle_s"),
-    ("  examinations in the new term", "examinations"),
-    ("  groups rebalanced by the new coordinator", "groups_rebalanced"),
-    ("  rebalances it completed", "rebalances_completed"),
-    ("  commands consumers got from it", "commands_consumers_got"),
-    ("  groups not STABLE with all members at the end", "groups_not_stable_at_end"),
-    ("  load average (1 min) at the kill", "loadavg_1min_at_kill"),
-)
-
-
-def table(result: Result) -> str:
-    p, f, runs = result.params, result.formation, result.failovers
-    s = result.swarm.get("counters", {})
-    width = 58
-    heads = "".join(f"{'#' + str(i + 1):>8}" for i in range(len(runs))) + f"{'median':>9}"
-    lines = [
-        f"scale: {p['groups']} groups, {p['consumers']} consumers ({p['consumers'] // p['groups']} per group, "
-        f"{p['processes']} swarm processes), 1 topic of {p['partitions']} partitions; broker session "
-        f"{p['session_timeout_s']:g} s, consumer session {p['consumer_session_timeout_s']:g} s, "
-        f"ZooKeeper fsync {'on' if p['zk_fsync'] else 'off'}",
-        "",
-        f"{'formation':<{width}} {'seconds':>9}",
-        "-" * (width + 10),
-        f"{'swarms started -> every session registered':<{width}} {f['sessions_registered_s']:>9.2f}",
-        f"{'swarms started -> every group STABLE':<{width}} {f['groups_stable_s']:>9.2f}",
-        f"{'  rebalances completed / aborted attempts / retried / failed':<{width}} {f['rebalances_completed']:>4} / "
-        f"{f['attempts_aborted']} / {f['attempts_retried']} / {f['rebalances_failed']}",
-        f"{'  rebalance latency p50 / p95 / max (ms)':<{width}} "
-        f"{f['rebalance_latency_ms_p50']} / {f['rebalance_latency_ms_p95']} / {f['rebalance_latency_ms_max']}",
-        f"{'  load average (1 min) at the start':<{width}} {f['loadavg_1min_at_start']:>9.2f}",
-        "",
-        f"{'failover (seconds unless counted)':<{width}}{heads}",
-        "-" * (width + len(heads)),
-    ]
-    for label, key in FAILOVER_ROWS:
-        values = [r.get(key) for r in runs]
-        numbers = [float(v) for v in values if isinstance(v, int | float)]
-        cells = "".join(f"{_cell(v):>8}" for v in values)
-        middle = statistics.median(numbers) if numbers else None
-        if middle is not None and all(isinstance(v, int) for v in values) and middle == int(middle):
-            middle = int(middle)
-        median = f"{_cell(middle):>9}" if middle is not None else ""
-        lines.append(f"{label:<{width}}{cells}{median}")
-    totals = [r["expiry_to_stable_again_s"] for r in runs]
-    verdict = "met" if statistics.median(totals) < GOAL_S else "NOT met"
-    lines.append(f"{'goal: expiry -> every group STABLE again under ' + f'{GOAL_S:g} s (median)':<{width}}{verdict:>8}")
-    for i, r in enumerate(runs):
-        reasons = ", ".join(f"{n} x {reason!r}" for reason, n in r["rebalance_reasons"].items()) or "none"
-        planned = ", ".join(f"{n} with {k} partitions" for k, n in r["rebalance_partitions_planned"].items())
-        lines.append(f"  #{i + 1} rebalance reasons: {reasons}" + (f"; planned: {planned}" if planned else ""))
-    lines += [
-        "",
-        *probe_lines(result.probe),
-        f"{'consumer sessions expired / reconnects (whole run)':<{width}} "
-        f"{s.get('sessions_expired', 0):>4} / {s.get('reconnects', 0)}",
-    ]
-    return "\n".join(lines)
-
-
-def _cell(value: object) -> str:
-    if isinstance(value, bool) or value is None:
-        return "-" if value is None else str(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
-def probe_lines(probe: dict[str, Any]) -> list[str]:
-    if not probe:
-        return []
-    n = probe["necessary_one_at_a_time"], probe["necessary_pipelined"]
-    return [
-        f"{'probe (this process, same loaded cluster, after the failovers)':<58} {'seconds':>9}",
-        "-" * 68,
-        f"{'probe: one ZooKeeper round trip (exists, median ms)':<58} {probe['round_trip_ms']:>9.3f}",
-        f"{'probe: per read in a pipelined burst, kazoo (us)':<58} {probe['kazoo_us_per_pipelined_read']:>9.1f}"
-        f"   ({probe['pipelined_reads']} reads)",
-        f"{'probe: per read in a pipelined burst, asyncio client (us)':<58} "
-        f"{probe['asyncio_us_per_pipelined_read']:>9.1f}",
-        f"{'probe: read + plan every group, one group at a time':<58} {probe['examine_one_at_a_time_s']:>9.2f}"
-        f"   ({probe['examine_one_at_a_time_ms_per_group']:.2f} ms/group)",
-        f"{'probe: read + plan every group, pipelined across groups':<58} {probe['examine_pipelined_s']:>9.2f}",
-        f"{'  groups the probes found needing a rebalance':<58} {n[0]:>4} / {n[1]}",
-        "",
-    ]
-
-
-def save(result: Result, out: Path) -> None:
-    document: dict[str, Any] = {"meta": {}, "runs": {}}
-    with contextlib.suppress(OSError, ValueError):
-        loaded = json.loads(out.read_text())
-        if isinstance(loaded, dict) and isinstance(loaded.get("runs"), dict):
-            document = loaded
-    document["meta"] = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "note": "one machine: ZooKeeper, two brokers, the swarm processes and this script share its CPUs; "
-        "intervals on CLOCK_MONOTONIC across processes (journal mono stamps)",
-    }
-    document["runs"][result.key] = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **asdict(result)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import pytest
 
 from tests.zkutil import expire_session
 from zkcoord import errors
-from zkcoord.zk import ConnState, ZkClient, ZkConfig
+from zkcoord.zk import ConnState, WatchEvent, WatchKind, ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +129,22 @@ def test_retry_gives_up_with_a_typed_error_at_its_deadline(zk: ZkClient) -> None
 
     with pytest.raises(errors.ZkUnavailableError):
         zk.retry(down, deadline_s=0.3)
+
+
+def test_children_many_sets_one_shot_watches_that_fire_once_per_change(zk: ZkClient) -> None:
+    for path in ("/w", "/w/a", "/w/b"):
+        zk.create(path)
+    fired: queue.Queue[WatchEvent] = queue.Queue()
+    listed = zk.children_many(["/w/a", "/w/b", "/w/none"], watch=fired.put)
+    assert listed == [[], [], None]
+    assert zk.children_many(["/w/a"], watch=fired.put) == [[]]  # watched twice before it fires
+    zk.create("/w/a/x")
+    zk.create("/w/a/y")  # after the one-shot fired, before re-listing: no second event
+    assert fired.get(timeout=5) == WatchEvent(WatchKind.CHILD, "/w/a")
+    zk.create("/w/none")  # no watch was set on an absent node
+    zk.sync("/w")
+    with pytest.raises(queue.Empty):
+        fired.get(timeout=0.5)
+    # A connection loss drops the raw watches still armed: each fires once as RESET.
+    expire_session(zk.kazoo)
+    assert fired.get(timeout=15) == WatchEvent(WatchKind.RESET, "/w/b")

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from zkcoord import paths
 from zkcoord.errors import ConfigurationError, InvalidNameError
 from zkcoord.names import validate_partition_count, validate_topic
 from zkcoord.zk import ZkAddress, ZkConfig
@@ -68,3 +69,15 @@ def test_malformed_addresses(text: str) -> None:
 def test_config_validates_itself() -> None:
     with pytest.raises(ConfigurationError, match="session timeout"):
         ZkConfig.from_string("h:1", session_timeout_s=0)
+
+
+@given(st.from_regex(r"[A-Za-z0-9._-]{1,40}", fullmatch=True))
+def test_a_groups_ids_path_names_its_group(group: str) -> None:
+    assert paths.group_of_ids(paths.group_ids(group)) == group
+
+
+@pytest.mark.parametrize(
+    "path", ["/consumers/groups/g", "/consumers/groups//ids", "/consumers/groups/g/x/ids", "/brokers/ids", "/ids"]
+)
+def test_other_paths_name_no_group(path: str) -> None:
+    assert paths.group_of_ids(path) is None

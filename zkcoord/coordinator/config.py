@@ -18,6 +18,8 @@ class CoordinatorConfig:
     :param rebalance_backoff_s: the pause before a retry, doubled on each further retry.
     :param batch_size: commands per ZooKeeper transaction; larger groups are written as several pipelined ones.
     :param max_concurrent: how many groups may be mid-rebalance at once (the rest wait in the request queue).
+    :param examine_batch: how many queued groups are read together (pipelined across groups) before each is
+        planned; a new coordinator re-examines every group in batches of this size.
     :param unsafe_no_fencing: the ``--unsafe`` contrast of the demo: coordinator writes skip the epoch check.
         Never set it outside a demonstration.
     """
@@ -28,6 +30,7 @@ class CoordinatorConfig:
     rebalance_backoff_s: float = 0.2
     batch_size: int = 200
     max_concurrent: int = 64
+    examine_batch: int = 200
     metrics_interval_s: float = 10.0
     unsafe_no_fencing: bool = False
 
@@ -44,5 +47,7 @@ class CoordinatorConfig:
             raise ConfigurationError(f"batch size must be within 1..1000, got {self.batch_size}")
         if not 1 <= self.max_concurrent <= 10_000:
             raise ConfigurationError(f"max concurrent rebalances must be within 1..10000, got {self.max_concurrent}")
+        if not 1 <= self.examine_batch <= 10_000:
+            raise ConfigurationError(f"examine batch must be within 1..10000, got {self.examine_batch}")
         if not 0.1 <= self.metrics_interval_s <= 3600:
             raise ConfigurationError(f"metrics interval must be within 0.1..3600 s, got {self.metrics_interval_s}")

@@ -43,11 +43,12 @@ from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term, try_elect
 from zkcoord.coordinator.plan import matches
-from zkcoord.coordinator.rebalancer import Rebalancer
+from zkcoord.coordinator.rebalancer import Begun, Rebalancer
+from zkcoord.coordinator.snapshot import read_groups
 from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
-from zkcoord.zk import ConnState, Stat, ZkClient
+from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
 from zkcoord.znodes import MemberRegistration, Pattern, TopicAssignment
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,12 @@ class Coordinator:
         self._legacy_watched: set[str] = set()  # migrating groups whose zk-client ids are watched (this term)
         self._pending: dict[str, tuple[str, float]] = {}
         self._order: deque[str] = deque()
+        #: each group's member ids as last listed (with the one-shot watch of ``_members_watch``)
+        self._member_ids: dict[str, list[str]] = {}
+        #: groups whose members watch fired: to list (and watch) again; True if the children changed (CHILD),
+        #: False if the watch was only reset by a connection loss (then a change is judged from the listing)
+        self._relist: dict[str, bool] = {}
+        self._members_watch: Callable[[WatchEvent], None] | None = None
 
     # --- BrokerService ------------------------------------------------------------------------------------------
 
@@ -146,6 +153,17 @@ class Coordinator:
 
         self.zk.watch_children(path, callback)  # type: ignore[arg-type]
 
+    def _new_members_watch(self) -> Callable[[WatchEvent], None]:
+        """The one-shot watch callback on every group's ``ids`` for this term (one object, so that kazoo keeps one
+        watcher per path however often a group is re-listed)."""
+        term = self._term_no
+
+        def callback(event: WatchEvent) -> None:
+            if term == self._term_no:
+                self._events.put(_Event("members", term, name=event.path, data=event.kind))
+
+        return callback
+
     def _watch_topic(self, topic: str) -> None:
         term = self._term_no
 
@@ -159,32 +177,47 @@ class Coordinator:
 
     # --- worker -------------------------------------------------------------------------------------------------
 
+    #: events handled in one turn of the worker before it lists changed groups and starts queued rebalances
+    DRAIN = 1000
+
     def _run(self) -> None:
+        """The worker: handle every queued event (up to :attr:`DRAIN`), fire due timers, list the groups whose
+        members changed (one pipelined burst for all of them), then start queued rebalances."""
         self._events.put(_Event("elect"))
         while True:
             timeout = None
             if self._timers:
                 timeout = max(0.0, self._timers[0][0] - self.clock())
-            try:
-                event = self._events.get(timeout=timeout)
-            except queue.Empty:
-                event = None
-            try:
-                if event is not None and event.kind == "stop":
+            events: list[_Event] = []
+            with contextlib.suppress(queue.Empty):
+                events.append(self._events.get(timeout=timeout))
+                while len(events) < self.DRAIN:
+                    events.append(self._events.get_nowait())
+            for event in events:
+                if event.kind == "stop":
                     self._resign("broker stopping")
                     return
-                if event is not None:
-                    self._dispatch(event)
-                self._fire_timers()
-                self._pump()
-            except FencedError as e:
-                self._resign(f"fenced: {e}")
-                self._schedule(0.0, self._elect)
-            except ZkError as e:
-                # Connection trouble mid-step: the state listener drives recovery.  The event is handled again
-                # a little later (dropped then if its term has ended), so no watch notification is lost.
-                log.warning("coordinator %d: %s", self.broker_id, e)
-                self._schedule(0.5, self._redeliver(event))
+                self._step(self._dispatch, event)
+            self._step(self._fire_timers)
+            self._step(self._refresh_members)
+            self._step(self._pump)
+
+    def _step(self, action: Callable[..., None], event: _Event | None = None) -> None:
+        """Run one step of the worker; a fence ends the term, a ZooKeeper error retries a little later."""
+        try:
+            if event is None:
+                action()
+            else:
+                action(event)
+        except FencedError as e:
+            self._resign(f"fenced: {e}")
+            self._schedule(0.0, self._elect)
+        except ZkError as e:
+            # Connection trouble mid-step: the state listener drives recovery.  The event is handled again a
+            # little later (dropped then if its term has ended), so no watch notification is lost; groups still
+            # to be listed or examined stay queued, and the timer wakes the worker to try again.
+            log.warning("coordinator %d: %s", self.broker_id, e)
+            self._schedule(0.5, self._redeliver(event))
 
     def _redeliver(self, event: _Event | None) -> Callable[[], None]:
         def again() -> None:
@@ -209,7 +242,7 @@ class Coordinator:
         elif event.kind == "groups":
             self._on_groups(event.data)
         elif event.kind == "members":
-            self._on_members(event.group, event.data)
+            self._on_members_watch(event.name, event.data)
         elif event.kind == "legacy-members":
             self.request(event.group, "zk-client membership change")
         elif event.kind == "channel" and self.rebalancer is not None:
@@ -264,6 +297,7 @@ class Coordinator:
 
     def _become_coordinator(self, term: Term) -> None:
         self._term_no += 1
+        self._members_watch = self._new_members_watch()
         self.term = term
         self.role = Role.COORDINATOR
         self._journal.emit(
@@ -328,6 +362,9 @@ class Coordinator:
         self._legacy_watched.clear()
         self._pending.clear()
         self._order.clear()
+        self._member_ids.clear()
+        self._relist.clear()
+        self._members_watch = None
 
     # --- watchers (seed section C) ------------------------------------------------------------------------------
 
@@ -378,36 +415,75 @@ class Coordinator:
         return sorted(out)
 
     def _on_groups(self, children: list[str]) -> None:
-        fence = self.rebalancer.writer.fence if self.rebalancer else None
-        for group in sorted(set(children) - self._groups):
+        """New groups: list (and watch) their members in one burst, then queue each for examination."""
+        new = sorted(set(children) - self._groups)
+        if new:
+            self._list_members(new)
+        trigger = "new group" if self._groups_listed else "coordinator startup"
+        for group in new:
             self._groups.add(group)
-            if fence is not None:
-                self._ensure(fence, paths.group_ids(group))
-            self._watch_children("members", paths.group_ids(group), group=group)
-            self.request(group, "new group" if self._groups_listed else "coordinator startup")
+            self.request(group, trigger)
         self._groups_listed = True
 
+    def _list_members(self, groups: list[str]) -> dict[str, list[str]]:
+        """List ``groups``' members in one pipelined burst, each listing re-arming the one-shot members watch.
+
+        A group without an ``ids`` node gets one (a fenced write) and is listed again, so it is watched too.
+        :raises ZkError: the burst failed (the caller's event is handled again later).
+        """
+        watch = self._members_watch
+        if watch is None:  # not coordinating
+            return {}
+        listings = self.zk.children_many([paths.group_ids(g) for g in groups], watch=watch)
+        out: dict[str, list[str]] = {}
+        missing = []
+        for group, children in zip(groups, listings, strict=True):
+            if children is None:
+                missing.append(group)
+            else:
+                out[group] = children
+        fence = self.rebalancer.writer.fence if self.rebalancer else None
+        if missing and fence is not None:
+            for group in missing:
+                self._ensure(fence, paths.group_ids(group))
+            again = self.zk.children_many([paths.group_ids(g) for g in missing], watch=watch)
+            out.update((g, c) for g, c in zip(missing, again, strict=True) if c is not None)
+        # Only a listing made under an armed watch stands for the group's members until the watch fires.
+        for group in groups:
+            if group in out:
+                self._member_ids[group] = out[group]
+            else:
+                self._member_ids.pop(group, None)
+        return out
+
+    def _on_members_watch(self, path: str, kind: WatchKind) -> None:
+        """A group's members watch fired: list the group again (with the other groups of this turn)."""
+        group = paths.group_of_ids(path)
+        if group is None or group not in self._groups:
+            return
+        self._relist[group] = self._relist.get(group, False) or kind is not WatchKind.RESET
+
+    def _refresh_members(self) -> None:
+        """List (and watch again) every group whose members watch fired, in one burst.  A group whose children
+        changed, or whose listing differs from the last one after a reset, is handled as a membership change."""
+        if not self._relist or self.role is not Role.COORDINATOR or self._suspended:
+            return
+        groups = sorted(self._relist)
+        before = {g: self._member_ids.get(g) for g in groups}
+        listings = self._list_members(groups)
+        for group in groups:
+            changed = self._relist.pop(group)
+            children = listings.get(group, [])
+            if changed or children != before[group]:
+                self._on_members(group, children)
+
     def _on_members(self, group: str, children: list[str]) -> None:
-        busy = group in self._pending or (self.rebalancer is not None and not self.rebalancer.idle(group))
-        if not busy:
-            # Only for routing topic changes; a group about to be planned refreshes them from its snapshot.
-            self._subs[group] = self._read_registrations(group, children)
+        """Membership changed (seed C): abort an attempt a member of which left, and queue the group.  (Its member
+        registrations, which route topic changes, are refreshed when the group is examined.)"""
         if self.rebalancer is not None and self.rebalancer.on_members(group, children):
             self.request(group, "member left mid-rebalance")
             return
         self.request(group, "membership change")
-
-    def _read_registrations(self, group: str, children: list[str]) -> list[MemberRegistration]:
-        regs = []
-        member_paths = [paths.member(group, cid) for cid in children]
-        for path, got in zip(member_paths, self.zk.get_many(member_paths), strict=True):
-            if got is None:
-                continue
-            try:
-                regs.append(MemberRegistration.decode(got[0], path))
-            except CodecError:
-                continue  # reported when the group is planned
-        return regs
 
     # --- the request queue --------------------------------------------------------------------------------------
 
@@ -433,27 +509,59 @@ class Coordinator:
         self._schedule(delay, fire)
 
     def _pump(self) -> None:
-        """Start requested rebalances while there is room; a group already mid-rebalance waits for its turn."""
+        """Examine queued groups while there is room: up to ``examine_batch`` idle groups are read together
+        (pipelined across groups), then each is planned and, if needed, its rebalance started.  A group already
+        mid-rebalance waits for its turn; one needing a rebalance when there is no room goes back to the front of
+        the queue.  If more could run, a zero-delay timer brings the worker back after the events queued meanwhile.
+        """
         rebalancer = self.rebalancer
         if self.role is not Role.COORDINATOR or rebalancer is None or self._suspended:
             return
+        if len(rebalancer.active) >= self.config.max_concurrent:
+            return
+        batch = self._take_batch(rebalancer)
+        if not batch:
+            return
+        reads = read_groups(self.zk, batch, self._member_ids)
+        deferred: list[str] = []
+        todo = deque(batch)
+        try:
+            while todo:
+                group = todo[0]
+                trigger, requested_at = self._pending[group]
+                room = len(rebalancer.active) < self.config.max_concurrent
+                begun = rebalancer.begin(group, trigger, requested_at, reads[group], room=room)
+                todo.popleft()
+                if begun is Begun.DEFERRED:
+                    deferred.append(group)
+                    continue
+                del self._pending[group]
+                if group in rebalancer.registrations:
+                    self._subs[group] = rebalancer.registrations[group]
+                if group in rebalancer.migrating and group not in self._legacy_watched:
+                    # A migrating group's zk-client members change its assignment too (docs/migration.md).
+                    self._legacy_watched.add(group)
+                    self._watch_children("legacy-members", legacy_paths.ids(group), group=group)
+                if begun is Begun.STARTED:
+                    self._watch_channels(group)
+        finally:
+            # Whatever was not examined (no room, or a step raised) keeps its place at the front of the queue.
+            self._order.extendleft(reversed([*deferred, *todo]))
+        if len(deferred) < len(batch) and self._order and len(rebalancer.active) < self.config.max_concurrent:
+            self._schedule(0.0, lambda: None)
+
+    def _take_batch(self, rebalancer: Rebalancer) -> list[str]:
+        """Take up to ``examine_batch`` idle groups off the queue, in order."""
+        batch: list[str] = []
         for _ in range(len(self._order)):
-            if len(rebalancer.active) >= self.config.max_concurrent:
-                return
+            if len(batch) >= self.config.examine_batch:
+                break
             group = self._order.popleft()
-            if not rebalancer.idle(group):
+            if rebalancer.idle(group):
+                batch.append(group)
+            else:
                 self._order.append(group)  # runs again after the current attempt: exactly one more
-                continue
-            trigger, requested_at = self._pending.pop(group)
-            started = rebalancer.begin(group, trigger, requested_at)
-            if group in rebalancer.registrations:
-                self._subs[group] = rebalancer.registrations[group]
-            if group in rebalancer.migrating and group not in self._legacy_watched:
-                # A migrating group's zk-client members change its assignment too (docs/migration.md).
-                self._legacy_watched.add(group)
-                self._watch_children("legacy-members", legacy_paths.ids(group), group=group)
-            if started:
-                self._watch_channels(group)
+        return batch
 
     def _watch_channels(self, group: str) -> None:
         rebalancer = self.rebalancer

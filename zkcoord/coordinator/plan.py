@@ -32,8 +32,6 @@ class GroupSnapshot:
     state: GroupState | None
     #: the ownership registry: topic -> partition -> owning thread
     owners: Assignment
-    #: consumer ids whose channel znode exists
-    channels: frozenset[str] = frozenset()
     #: (path, reason) of znodes that could not be decoded: reported, then left out (S7)
     rejected: tuple[tuple[str, str], ...] = ()
     #: a migrating group's ``zk-client`` members (``/consumers/<g>/ids``, less our own members' mirror registrations)

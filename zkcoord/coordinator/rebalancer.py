@@ -37,13 +37,24 @@ from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, comma
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.plan import Plan, plan
 from zkcoord.coordinator.snapshot import ReadResult, read_group
-from zkcoord.errors import CodecError, FencedError, ZkError
+from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ZkClient
 from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, encode_owner
 
 log = logging.getLogger(__name__)
+
+
+class Begun(Enum):
+    """What :meth:`Rebalancer.begin` did with a group."""
+
+    #: examined and nothing to do, or the attempt ended at once (its read or first write failed: retry scheduled)
+    SKIPPED = "skipped"
+    #: an attempt is running (the caller watches its members' channels)
+    STARTED = "started"
+    #: a rebalance is needed but there was no room: nothing was done, the caller queues the group again
+    DEFERRED = "deferred"
 
 
 class Step(Enum):
@@ -147,16 +158,35 @@ class Rebalancer:
 
     # --- entry points (worker thread) ------------------------------------------------------------------------------
 
-    def begin(self, group: str, trigger: str, requested_at: float) -> bool:
-        """Start (or skip) a rebalance of ``group``.  Returns True if an attempt is now running.
+    def begin(
+        self,
+        group: str,
+        trigger: str,
+        requested_at: float,
+        read: ReadResult | ZkError | None = None,
+        *,
+        room: bool = True,
+    ) -> Begun:
+        """Examine ``group`` and start a rebalance attempt if one is needed (seed D).
 
+        :param read: the group as already read (:func:`~zkcoord.coordinator.snapshot.read_groups`, pipelined with
+            other groups), or the error that read failed with; ``None`` reads it here.
+        :param room: whether an attempt may start now.  If not and one is needed, nothing is journalled or changed
+            and :attr:`Begun.DEFERRED` is returned: the caller queues the group again.
         :raises FencedError: the term is over.  Other ZooKeeper errors are handled as a failed attempt.
         """
-        try:
-            read = read_group(self.zk, group)
-        except ZkError as e:
-            self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {e}", generation=None)
-            return group in self.active
+        if read is None:
+            try:
+                read = read_group(self.zk, group)
+            except ZkError as e:
+                read = e
+        if isinstance(read, ZkError):
+            self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
+            return Begun.SKIPPED
+        planned = plan(read.snapshot, self.topics(), self.config.assignor)
+        wanted = planned.necessary or self.retries.get(group, 0) != 0
+        if wanted and (planned.members or read.snapshot.state is not None) and not room:
+            return Begun.DEFERRED
         self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
         if read.migrating:
             self.migrating.add(group)
@@ -165,18 +195,17 @@ class Rebalancer:
         for path, reason in read.snapshot.rejected:
             self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
             log.warning("group %s: ignoring %s: %s", group, path, reason)
-        planned = plan(read.snapshot, self.topics(), self.config.assignor)
         for what, reason in planned.notes:
             self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
-        if not planned.necessary and self.retries.get(group, 0) == 0:
+        if not wanted:
             self.metrics.rebalances_skipped += 1
             self.group_state[group] = "stable" if planned.members else "empty"
             self.journal.emit("rebalance.skipped", group=group, reason=planned.reason, trigger=trigger)
-            return False
+            return Begun.SKIPPED
         if not planned.members and read.snapshot.state is None:
             self.group_state[group] = "empty"
             self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
-            return False
+            return Begun.SKIPPED
         state = read.snapshot.state
         generation = (state.generation if state else 0) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
@@ -200,7 +229,7 @@ class Rebalancer:
         )
         fault_point("coordinator.before_stop", self.journal)
         self._send_stop(attempt)
-        return group in self.active
+        return Begun.STARTED if group in self.active else Begun.SKIPPED
 
     def on_channel(self, group: str, consumer_id: str, children: list[str]) -> None:
         """A member's channel changed: maybe its command was acknowledged (deleted)."""
@@ -257,12 +286,19 @@ class Rebalancer:
     # --- phases --------------------------------------------------------------------------------------------------
 
     def _send_stop(self, attempt: Attempt) -> None:
-        g, snap = attempt.group, attempt.read.snapshot
+        g = attempt.group
         attempt.step = Step.STOPPING
         attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
+        try:
+            channels = set(self.zk.get_children(paths.channel_root(g)))
+        except NoNodeError:
+            channels = set()
+        except ZkError as e:
+            self._retry(attempt, f"cannot list the channels: {e}")
+            return
         ops: list[Op] = []
         for cid in sorted(attempt.plan.members):
-            if cid not in snap.channels:
+            if cid not in channels:
                 ops.append(Op("create", paths.channel(g, cid)))
             cmd = Command(CommandOption.STOP_FETCHER, self.epoch, attempt.generation, g, {}, self.wall_ms())
             ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))

@@ -1,4 +1,7 @@
-"""Reading one group's znodes into a :class:`~zkcoord.coordinator.plan.GroupSnapshot` (pipelined reads).
+"""Reading groups' znodes into :class:`~zkcoord.coordinator.plan.GroupSnapshot` values (pipelined reads).
+
+:func:`read_groups` reads any number of groups in four pipelined bursts (a new coordinator re-examines every group
+this way); :func:`read_group` is the same for one group.
 
 Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each becomes a ``(path, reason)`` in
 ``GroupSnapshot.rejected`` and the member (or owner) is left out, so the group is rebalanced without it (S7).
@@ -6,13 +9,14 @@ Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.plan import GroupSnapshot, Member
-from zkcoord.errors import CodecError, NoNodeError
-from zkcoord.zk import ZkClient
+from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.zk import Stat, ZkClient
 from zkcoord.znodes import GroupState, MemberRegistration, decode_owner
 
 
@@ -31,22 +35,80 @@ class ReadResult:
 
 
 def read_group(zk: ZkClient, group: str) -> ReadResult:
-    """Read members, state, ownership registry and channels of ``group``.  :raises ZkError: on I/O failure."""
-    rejected: list[tuple[str, str]] = []
-    ids_path, owners_path = paths.group_ids(group), paths.owners_root(group)
-    member_ids, topics, channels = zk.children_many([ids_path, owners_path, paths.channel_root(group)])
-    member_ids = sorted(member_ids or [])
+    """Read members, state and ownership registry of ``group``.  :raises ZkError: on I/O failure."""
+    result = read_groups(zk, [group])[group]
+    if isinstance(result, ZkError):
+        raise result
+    return result
 
-    member_paths = [paths.member(group, cid) for cid in member_ids]
-    state_path = paths.group_state(group)
-    owner_topic_paths = [paths.owners(group, t) for t in sorted(topics or [])]
-    reads = zk.get_many([*member_paths, state_path])
-    partition_lists = zk.children_many(owner_topic_paths)
 
+def read_groups(
+    zk: ZkClient, groups: Sequence[str], member_ids: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, ReadResult | ZkError]:
+    """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
+    dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
+
+    ``member_ids``: member listings the caller already holds *under a children watch* (any later change is reported
+    to it, and it examines the group again then); those groups' ``ids`` are not listed again.
+
+    Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
+    them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
+    """
+    out: dict[str, ReadResult | ZkError] = {}
+    known = member_ids or {}
+    unlisted = [g for g in groups if g not in known]
+    try:
+        listings = zk.children_many([paths.owners_root(g) for g in groups] + [paths.group_ids(g) for g in unlisted])
+        topics = {g: listings[i] for i, g in enumerate(groups)}
+        ids = {g: sorted(known[g]) for g in groups if g in known}
+        ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[len(groups) :], strict=True))
+        reads = zk.get_many([p for g in groups for p in (*(paths.member(g, c) for c in ids[g]), paths.group_state(g))])
+        topic_keys = [(g, t) for g in groups for t in sorted(topics[g] or [])]
+        partition_lists = zk.children_many([paths.owners(g, t) for g, t in topic_keys])
+        rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
+        owner_keys: list[tuple[str, str, int]] = []
+        for (g, topic), parts in zip(topic_keys, partition_lists, strict=True):
+            for p in sorted(parts or []):
+                if p.isdigit():
+                    owner_keys.append((g, topic, int(p)))
+                else:
+                    rejected[g].append((f"{paths.owners(g, topic)}/{p}", "not a partition number"))
+        owner_reads = zk.get_many([paths.owner(g, t, p) for g, t, p in owner_keys])
+    except ZkError as e:
+        return dict.fromkeys(groups, e)
+    owners: dict[str, dict[str, dict[int, str]]] = {g: {} for g in groups}
+    for (g, topic, partition), got in zip(owner_keys, owner_reads, strict=True):
+        if got is None:
+            continue
+        path = paths.owner(g, topic, partition)
+        try:
+            owners[g].setdefault(topic, {})[partition] = decode_owner(got[0], path)
+        except CodecError as e:
+            rejected[g].append((path, e.reason))
+    at = 0
+    for g in groups:
+        n = len(ids[g])
+        out[g] = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
+        at += n + 1
+    _with_legacy_members(zk, out)
+    return out
+
+
+def _decode(
+    group: str,
+    member_ids: list[str],
+    reads: list[tuple[bytes, Stat] | None],
+    *,
+    owners: dict[str, dict[int, str]],
+    topics: list[str] | None,
+    rejected: list[tuple[str, str]],
+) -> ReadResult:
+    """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``)."""
     members: dict[str, Member] = {}
-    for cid, path, got in zip(member_ids, member_paths, reads[: len(member_paths)], strict=True):
+    for cid, got in zip(member_ids, reads[:-1], strict=True):
         if got is None:
             continue  # left between the listing and the read
+        path = paths.member(group, cid)
         data, stat = got
         try:
             members[cid] = Member(cid, MemberRegistration.decode(data, path), stat.czxid)
@@ -56,6 +118,7 @@ def read_group(zk: ZkClient, group: str) -> ReadResult:
     state: GroupState | None = None
     state_version = -1
     got_state = reads[-1]
+    state_path = paths.group_state(group)
     if got_state is not None:
         state_version = got_state[1].version
         try:
@@ -63,54 +126,53 @@ def read_group(zk: ZkClient, group: str) -> ReadResult:
         except CodecError as e:
             rejected.append((state_path, e.reason))  # rebuilt by the next rebalance
 
-    owner_paths: list[tuple[str, int, str]] = []
-    for topic, parts in zip(sorted(topics or []), partition_lists, strict=True):
-        for p in sorted(parts or []):
-            if p.isdigit():
-                owner_paths.append((topic, int(p), paths.owner(group, topic, int(p))))
-            else:
-                rejected.append((f"{paths.owners(group, topic)}/{p}", "not a partition number"))
-    owners: dict[str, dict[int, str]] = {}
-    for (topic, partition, path), got in zip(owner_paths, zk.get_many([p for _, _, p in owner_paths]), strict=True):
-        if got is None:
-            continue
-        try:
-            owners.setdefault(topic, {})[partition] = decode_owner(got[0], path)
-        except CodecError as e:
-            rejected.append((path, e.reason))
-
     migrating = any(m.registration.migrating for m in members.values()) or bool(state and state.legacy)
-    legacy = read_legacy_members(zk, group, members, rejected) if migrating else {}
     snapshot = GroupSnapshot(
         group=group,
         members=members,
         state=state,
         owners=owners,
-        channels=frozenset(channels or []),
         rejected=tuple(rejected),
-        legacy=legacy,
     )
     return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating)
 
 
-def read_legacy_members(
-    zk: ZkClient, group: str, members: Mapping[str, Member], rejected: list[tuple[str, str]]
-) -> dict[str, Member]:
-    """The zk-client members of a migrating group: ``/consumers/<g>/ids`` less our own members (each migrating
-    member registers there too, so that the zk-client members count it).  Malformed ones go to ``rejected``.
+def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError]) -> None:
+    """Add the zk-client members of every migrating group in ``results`` (two more pipelined bursts, only when
+    some group migrates): ``/consumers/<g>/ids`` less the group's own members (each migrating member registers
+    there too, so that the zk-client members count it).  Malformed registrations are rejected (S7).
     """
-    listed = zk.children_many([legacy_paths.ids(group)])[0] or []
-    others = sorted(cid for cid in listed if cid not in members)
-    member_paths = [legacy_paths.member(group, cid) for cid in others]
-    out: dict[str, Member] = {}
-    for cid, path, got in zip(others, member_paths, zk.get_many(member_paths), strict=True):
+    migrating = sorted(g for g, r in results.items() if isinstance(r, ReadResult) and r.migrating)
+    if not migrating:
+        return
+    try:
+        listings = zk.children_many([legacy_paths.ids(g) for g in migrating])
+        keys: list[tuple[str, str]] = []
+        for g, listed in zip(migrating, listings, strict=True):
+            read = results[g]
+            assert isinstance(read, ReadResult)  # noqa: S101 (filtered above)
+            keys += [(g, cid) for cid in sorted(listed or []) if cid not in read.snapshot.members]
+        reads = zk.get_many([legacy_paths.member(g, cid) for g, cid in keys])
+    except ZkError as e:
+        results.update(dict.fromkeys(migrating, e))
+        return
+    legacy: dict[str, dict[str, Member]] = {g: {} for g in migrating}
+    rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in migrating}
+    for (g, cid), got in zip(keys, reads, strict=True):
         if got is None:
-            continue
+            continue  # left between the listing and the read
+        path = legacy_paths.member(g, cid)
         try:
-            out[cid] = Member(cid, MemberRegistration.decode(got[0], path), got[1].czxid)
+            legacy[g][cid] = Member(cid, MemberRegistration.decode(got[0], path), got[1].czxid)
         except CodecError as e:
-            rejected.append((path, e.reason))
-    return out
+            rejected[g].append((path, e.reason))
+    for g in migrating:
+        read = results[g]
+        assert isinstance(read, ReadResult)  # noqa: S101
+        snapshot = dataclasses.replace(
+            read.snapshot, legacy=legacy[g], rejected=(*read.snapshot.rejected, *rejected[g])
+        )
+        results[g] = dataclasses.replace(read, snapshot=snapshot)
 
 
 def group_exists(zk: ZkClient, group: str) -> bool:
