@@ -522,7 +522,7 @@ class Coordinator:
         batch = self._take_batch(rebalancer)
         if not batch:
             return
-        reads = read_groups(self.zk, batch, self._member_ids)
+        reads = read_groups(self.zk, batch, self._member_ids, rebalancer.registries)
         deferred: list[str] = []
         todo = deque(batch)
         try:

@@ -36,7 +36,7 @@ from zkcoord.assignors import moved_partitions, threads_of
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.plan import Plan, plan
-from zkcoord.coordinator.snapshot import ReadResult, read_group
+from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult, read_group
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -153,6 +153,8 @@ class Rebalancer:
         self.registrations: dict[str, list[MemberRegistration]] = {}
         #: groups migrating from the zk-client protocol as last read (the coordinator watches their zk-client ids)
         self.migrating: set[str] = set()
+        #: the ownership registries this term left behind, by group (see KnownRegistry: they save re-reading them)
+        self.registries: dict[str, KnownRegistry] = {}
         self.metrics = Metrics()
         self._tokens = 0
 
@@ -177,7 +179,7 @@ class Rebalancer:
         """
         if read is None:
             try:
-                read = read_group(self.zk, group)
+                read = read_group(self.zk, group, self.registries.get(group))
             except ZkError as e:
                 read = e
         if isinstance(read, ZkError):
@@ -445,6 +447,9 @@ class Rebalancer:
         except ZkError as e:
             self._retry(attempt, f"cannot mark the group stable: {e}")
             return
+        if not self.writer.fence.unsafe:
+            # set_data bumps the version by exactly one: the state (and so the registry) as we left it.
+            self.registries[attempt.group] = KnownRegistry(attempt.state_version + 1, attempt.plan.target)
         now = self.clock()
         latency = (now - attempt.requested_at) * 1000
         self.metrics.rebalances_completed += 1

@@ -34,22 +34,38 @@ class ReadResult:
     migrating: bool = False
 
 
-def read_group(zk: ZkClient, group: str) -> ReadResult:
+@dataclass(frozen=True, slots=True)
+class KnownRegistry:
+    """The ownership registry of a group as this coordinator left it, valid while the state znode's version is
+    still ``state_version``: every change to ``owners/`` is written in a transaction that also writes the state
+    (conditionally, behind the fence), so an unchanged state version vouches for an unchanged registry and the
+    per-partition owner reads can be skipped (a rebalance of P partitions saves P requests)."""
+
+    state_version: int
+    owners: dict[str, dict[int, str]]
+
+
+def read_group(zk: ZkClient, group: str, known: KnownRegistry | None = None) -> ReadResult:
     """Read members, state and ownership registry of ``group``.  :raises ZkError: on I/O failure."""
-    result = read_groups(zk, [group])[group]
+    result = read_groups(zk, [group], known_registries={group: known} if known else None)[group]
     if isinstance(result, ZkError):
         raise result
     return result
 
 
 def read_groups(
-    zk: ZkClient, groups: Sequence[str], member_ids: Mapping[str, Sequence[str]] | None = None
+    zk: ZkClient,
+    groups: Sequence[str],
+    member_ids: Mapping[str, Sequence[str]] | None = None,
+    known_registries: Mapping[str, KnownRegistry] | None = None,
 ) -> dict[str, ReadResult | ZkError]:
     """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
     dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
 
     ``member_ids``: member listings the caller already holds *under a children watch* (any later change is reported
     to it, and it examines the group again then); those groups' ``ids`` are not listed again.
+    ``known_registries``: registries this coordinator wrote (:class:`KnownRegistry`); a group whose state version
+    still matches is not read beyond its members and state.
 
     Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
     them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
@@ -63,7 +79,8 @@ def read_groups(
         ids = {g: sorted(known[g]) for g in groups if g in known}
         ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[len(groups) :], strict=True))
         reads = zk.get_many([p for g in groups for p in (*(paths.member(g, c) for c in ids[g]), paths.group_state(g))])
-        topic_keys = [(g, t) for g in groups for t in sorted(topics[g] or [])]
+        cached = _still_known(groups, ids, reads, known_registries or {})
+        topic_keys = [(g, t) for g in groups if g not in cached for t in sorted(topics[g] or [])]
         partition_lists = zk.children_many([paths.owners(g, t) for g, t in topic_keys])
         rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
         owner_keys: list[tuple[str, str, int]] = []
@@ -77,6 +94,8 @@ def read_groups(
     except ZkError as e:
         return dict.fromkeys(groups, e)
     owners: dict[str, dict[str, dict[int, str]]] = {g: {} for g in groups}
+    for g, registry in cached.items():
+        owners[g] = {t: dict(parts) for t, parts in registry.owners.items()}
     for (g, topic, partition), got in zip(owner_keys, owner_reads, strict=True):
         if got is None:
             continue
@@ -91,6 +110,23 @@ def read_groups(
         out[g] = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
         at += n + 1
     _with_legacy_members(zk, out)
+    return out
+
+
+def _still_known(
+    groups: Sequence[str],
+    ids: Mapping[str, list[str]],
+    reads: Sequence[tuple[bytes, Stat] | None],
+    known: Mapping[str, KnownRegistry],
+) -> dict[str, KnownRegistry]:
+    """The known registries still valid: their group's state version (the last read of the group) is unchanged."""
+    out: dict[str, KnownRegistry] = {}
+    at = 0
+    for g in groups:
+        at += len(ids[g]) + 1
+        got, registry = reads[at - 1], known.get(g)
+        if registry is not None and got is not None and got[1].version == registry.state_version:
+            out[g] = registry
     return out
 
 

@@ -1,0 +1,64 @@
+"""Reading groups for planning (zkcoord.coordinator.snapshot) against a real ZooKeeper: the known-registry shortcut
+is taken exactly while the state znode's version vouches for it, and migrating groups bring their zk-client members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from zkcoord import legacy_paths, paths
+from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult, read_group
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
+
+pytestmark = pytest.mark.integration
+
+G = "g"
+
+
+@pytest.fixture
+def zk(zk_hosts: str) -> Iterator[ZkClient]:
+    with ZkClient(ZkConfig.from_string(zk_hosts)) as client:
+        yield client
+
+
+def _group(zk: ZkClient, owners: dict[int, str], *, migrating: bool = False) -> int:
+    """A stable group of one member owning ``owners`` of topic t; returns the state znode's version."""
+    reg = MemberRegistration(Pattern.STATIC, {"t": 1}, 1, migrating=migrating)
+    zk.create(paths.member(G, "g_a-1-00000001"), reg.encode(), makepath=True)
+    state = GroupState(1, GroupPhase.STABLE, 1, {"g_a-1-00000001": 1}, {"t": owners})
+    zk.create(paths.group_state(G), state.encode(), makepath=True)
+    for p, thread in owners.items():
+        zk.create(paths.owner(G, "t", p), encode_owner(thread), makepath=True)
+    stat = zk.exists(paths.group_state(G))
+    assert stat is not None
+    return stat.version
+
+
+def _read(zk: ZkClient, known: KnownRegistry | None = None) -> ReadResult:
+    return read_group(zk, G, known)
+
+
+def test_a_known_registry_is_used_while_the_state_version_matches_and_dropped_after(zk: ZkClient) -> None:
+    version = _group(zk, {0: "g_a-1-00000001-0", 1: "g_a-1-00000001-0"})
+    assert _read(zk).snapshot.owners == {"t": {0: "g_a-1-00000001-0", 1: "g_a-1-00000001-0"}}
+    # What the coordinator believes it left: the shortcut returns it without reading the owner znodes...
+    known = KnownRegistry(version, {"t": {0: "g_a-1-00000001-0"}})
+    assert _read(zk, known).snapshot.owners == {"t": {0: "g_a-1-00000001-0"}}
+    # ...until the state is written again, by anyone: then the registry is read for real.
+    zk.set(paths.group_state(G), zk.get(paths.group_state(G))[0])
+    assert _read(zk, known).snapshot.owners == {"t": {0: "g_a-1-00000001-0", 1: "g_a-1-00000001-0"}}
+
+
+def test_a_migrating_group_reads_its_zk_client_members_but_not_its_own_mirror_registrations(zk: ZkClient) -> None:
+    _group(zk, {0: "g_a-1-00000001-0"}, migrating=True)
+    reg = MemberRegistration(Pattern.STATIC, {"t": 1}, 1)
+    zk.create(legacy_paths.member(G, "g_a-1-00000001"), reg.encode(), makepath=True)  # our member's mirror
+    zk.create(legacy_paths.member(G, "g_old-1-00000002"), reg.encode(), makepath=True)
+    zk.create(legacy_paths.member(G, "g_bad-1-00000003"), b"{not json", makepath=True)
+    read = _read(zk)
+    assert read.migrating
+    assert sorted(read.snapshot.legacy) == ["g_old-1-00000002"]
+    assert [path for path, _ in read.snapshot.rejected] == [legacy_paths.member(G, "g_bad-1-00000003")]
