@@ -94,6 +94,8 @@ class Consumer:
         self._delivered = 0
         self._last_commit = 0.0
         self.registrations = 0
+        #: the session of our latest registration: only round trips in it renew the lease
+        self.registered_session = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -106,7 +108,7 @@ class Consumer:
         sent = self.clock()
         self.zk.start()
         self.lease.renew(sent)
-        self.zk.add_listener(lambda state: self._events.put(("state", state)))
+        self.zk.add_listener(self._on_state)
         self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
         self.register()
         self.fetcher.start()
@@ -118,6 +120,13 @@ class Consumer:
             paths.channel(self.config.group, self.consumer_id), lambda children: self._events.put(("channel", children))
         )
         return self
+
+    def _on_state(self, state: ConnState) -> None:
+        """kazoo's connection thread: void the lease at once (the command thread may be busy for a while before it
+        sees this), then hand the change to the command thread."""
+        if state is not ConnState.CONNECTED:
+            self.lease.invalidate()
+        self._events.put(("state", state))
 
     def register(self) -> None:
         """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry.
@@ -136,6 +145,7 @@ class Consumer:
             if stat is None or stat.ephemeralOwner != self.zk.session_id:
                 raise
         self.registrations += 1
+        self.registered_session = self.zk.session_id
         self.journal.emit(
             "consumer.registered",
             group=self.config.group,
@@ -239,7 +249,10 @@ class Consumer:
             except ZkError:
                 pass  # no acknowledgement: the lease is not renewed and will run out
             else:
-                self.lease.renew(sent)
+                # A round trip in a *new* session says nothing about the one our assignment belongs to: until the
+                # command thread has handled the loss and registered again, the lease stays void.
+                if self.zk.session_id == self.registered_session:
+                    self.lease.renew(sent)
             if self.bridge is not None and self.bridge.pending:
                 self._events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
             valid_now = self.lease.valid()

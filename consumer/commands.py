@@ -82,32 +82,42 @@ class CommandHandler:
     def run(self) -> None:
         while True:
             kind, arg = self.c.next_event()
-            try:
-                if kind == "close":
+            if kind == "close":
+                try:
                     self._on_close()
-                    return
-                if kind == "channel" and isinstance(arg, list):
-                    self._on_channel(arg)
-                elif kind == "state" and isinstance(arg, ConnState):
-                    self._on_state(arg)
-                elif kind == "lease-expired" and isinstance(arg, int):
-                    self.c.fetcher.pause("lease expired")
-                    self.c.journal.emit(
-                        "lease.expired", group=self.c.config.group, consumer=self.c.consumer_id, deadline_ms=arg
-                    )
-                elif kind == "lease-renewed":
-                    if not self._lost:
-                        self.c.fetcher.resume()
-                elif kind == "commit":
-                    self._commit_quietly(self.c.fetcher.positions())
-                elif kind == "legacy-claim":
-                    self._claim_pending()
+                except ZkError as e:
+                    log.warning("consumer %s: closing: %s", self.c.consumer_id, e)
+                return
+            try:
+                self._handle(kind, arg)
             except ZkError as e:
                 # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
                 # so the same listing is handled again shortly: an unacknowledged command is never stranded.
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind in ("channel", "commit", "legacy-claim"):
                     self.c.redeliver_later((kind, arg))
+                elif self._lost and kind in ("state", "register"):
+                    self.c.redeliver_later(("register", None))  # registering again failed: try again
+
+    def _handle(self, kind: str, arg: object) -> None:
+        if kind == "channel" and isinstance(arg, list):
+            self._on_channel(arg)
+        elif kind == "state" and isinstance(arg, ConnState):
+            self._on_state(arg)
+        elif kind == "lease-expired" and isinstance(arg, int):
+            self.c.fetcher.pause("lease expired")
+            self.c.journal.emit(
+                "lease.expired", group=self.c.config.group, consumer=self.c.consumer_id, deadline_ms=arg
+            )
+        elif kind == "lease-renewed":
+            if not self._lost:
+                self.c.fetcher.resume()
+        elif kind == "commit":
+            self._commit_quietly(self.c.fetcher.positions())
+        elif kind == "legacy-claim":
+            self._claim_pending()
+        elif kind == "register":
+            self._register_again()
 
     def _on_close(self) -> None:
         if not self._lost and self.c.lease.valid():
@@ -138,17 +148,33 @@ class CommandHandler:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
             c.fetcher.revoke("session lost")
-            c.offsets.release()
-            if c.bridge is not None:
-                c.bridge.session_lost()
+            with self._commit_lock:
+                c.offsets.release()
+                if c.bridge is not None:
+                    c.bridge.session_lost()
             c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason="session lost")
             if revoked and self.on_revoked is not None:
                 self._callback(self.on_revoked, revoked)
         elif state is ConnState.CONNECTED and self._lost:
-            self._lost = False
-            c.register()
+            self._register_again()
         elif state is ConnState.CONNECTED:
             pass  # same session: the heartbeat renews the lease and resumes fetching
+
+    def _register_again(self) -> None:
+        """After a session loss, once connected: register again (both registries for a migrating consumer, after
+        deleting any owner znode a claim created in the new session before the loss was handled).  Until this
+        succeeds the consumer counts as lost: it applies no claim and its lease is not renewed.
+
+        :raises ZkError: registration failed (the loop schedules another try).
+        """
+        c = self.c
+        if not self._lost or c.session_state() is not ConnState.CONNECTED:
+            return
+        if c.bridge is not None:
+            with self._commit_lock:
+                c.bridge.release_leaked()
+        c.register()
+        self._lost = False
 
     # --- commands ------------------------------------------------------------------------------------------------
 

@@ -47,8 +47,13 @@ class MigrationBridge:
         self.zk = zk
         self.group = group
         self._on_claimable = on_claimable
+        # One callable for every owner-znode watch: kazoo keeps a path's watchers in a set, so re-watching the same
+        # znode on each retry adds nothing (a fresh lambda each time would pile up until the znode changes).
+        self._watcher: Callable[[object], None] = lambda _event: self._on_claimable()
         #: partitions the coordinator gave us whose 0.8 owner znode another member still holds: tp -> our thread
         self.pending: dict[TopicPartition, str] = {}
+        #: the session our registrations (and so our owner znodes) belong to; 0 before the first registration
+        self.session = 0
 
     # --- registration ---------------------------------------------------------------------------------------------
 
@@ -60,14 +65,26 @@ class MigrationBridge:
         """
         self.registry.ensure_paths()
         self.registry.register(registration, wait_s, stop)
+        self.session = self.zk.session_id
 
     def deregister(self) -> None:
         self.registry.deregister()
 
     def session_lost(self) -> None:
-        """The session expired: its ephemerals (registration, owner znodes) are gone; forget them."""
-        self.registry.reset()
-        self.pending.clear()
+        """The session expired: its ephemerals (registration, owner znodes) are gone.  Forget what was pending and
+        the offset checkpoints; :attr:`held` is kept for :meth:`release_leaked`."""
+        self.pending = {}
+        self.registry.checkpointed.clear()
+
+    def release_leaked(self) -> None:
+        """Before registering in a new session: delete the owner znodes a claim may have created in *this* session
+        while the loss of the previous one was not handled yet (only this session's: see ``LegacyRegistry.release``)
+        and forget the rest, which went with the old session.  :raises ZkError: (the caller retries)."""
+        self.registry.release()
+
+    def _current(self) -> bool:
+        """Whether the client is still in the session we registered in (else nothing may be claimed or written)."""
+        return self.session != 0 and self.zk.session_id == self.session
 
     # --- owner znodes ---------------------------------------------------------------------------------------------
 
@@ -78,7 +95,8 @@ class MigrationBridge:
     def claim(self, decided: Mapping[TopicPartition, str]) -> dict[TopicPartition, str]:
         """Claim the 0.8 owner znodes of ``decided`` (partition -> our thread); return those now held.
 
-        The others become :attr:`pending` (replacing what was pending) and are watched.
+        The others become :attr:`pending` (replacing what was pending) and are watched.  Nothing is claimed (``{}``)
+        when the session is not the one we registered in: the loss of ours is about to be handled.
         :raises ZkError: on failures other than a held znode (what was created stays held, to be released).
         """
         self.pending = {}
@@ -89,11 +107,17 @@ class MigrationBridge:
         return self._claim(dict(self.pending)) if self.pending else {}
 
     def _claim(self, decided: Mapping[TopicPartition, str]) -> dict[TopicPartition, str]:
+        if not self._current():
+            return {}
         conflicts = self.registry.claim(decided)
+        if not self._current():
+            # The session changed under the claim: what it created belongs to the new session and stays in
+            # ``held`` until release_leaked() deletes it; none of it may be fetched.
+            return {}
         self.pending = {tp: decided[tp] for tp in conflicts}
         for tp in sorted(conflicts):
             path = legacy_paths.owner(self.group, tp.topic, tp.partition)
-            if self.zk.exists(path, watch=lambda _event: self._on_claimable()) is None:
+            if self.zk.exists(path, watch=self._watcher) is None:
                 self._on_claimable()  # gone between our create and the watch: claim again now
         return {tp: thread for tp, thread in decided.items() if tp not in conflicts}
 
@@ -122,10 +146,12 @@ class MigrationBridge:
     def commit(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Mirror ``positions`` to ``/consumers/<g>/offsets`` for the partitions whose owner znode we hold.
 
-        Called after the fenced coordinator commit of the same positions succeeded.  While this session lives,
-        nobody else can hold those owner znodes, so the write cannot overtake a successor's.
-        :raises ZkError: on failure (a later commit writes it again).
+        Called after the fenced coordinator commit of the same positions succeeded, and only while the client is
+        in the session that created those znodes: while it lives nobody else can hold them, so the write cannot
+        overtake a successor's.  :raises ZkError: on failure (a later commit writes it again).
         """
+        if not self._current():
+            return {}
         held = self.registry.held
         return self.registry.commit({tp: off for tp, off in positions.items() if tp in held})
 

@@ -41,6 +41,7 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from zkcoord import errors
 from zkcoord.errors import ConfigurationError
+from zkcoord.zk_handler import PollThreadingHandler
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +343,7 @@ class ZkClient:
             timeout=self.config.session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             logger=logging.getLogger(f"kazoo.{self.name}"),
+            handler=PollThreadingHandler(),
         )
 
     def _ensure_chroot(self) -> None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import functools
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,13 +23,23 @@ from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
+from tests.zkutil import expire_session
 from zkcoord import legacy_paths, paths
-from zkcoord.errors import NoNodeError
+from zkcoord.errors import NoNodeError, ZkUnavailableError
 from zkcoord.journal import Journal, read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_int
+from zkcoord.znodes import (
+    Command,
+    CommandOption,
+    GroupPhase,
+    GroupState,
+    MemberRegistration,
+    Pattern,
+    encode_int,
+    encode_owner,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -166,3 +179,65 @@ def test_a_migrating_consumer_waits_for_the_zk_client_owner_and_starts_at_its_of
         consumer.close()
         assert cluster.admin_zk.exists(owner) is None, "close left the Kafka 0.8 owner znode behind"
         assert cluster.admin_zk.exists(legacy_paths.member(GROUP, consumer.consumer_id)) is None
+
+
+def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_registers_again(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    """The loss of a migrating consumer's session while a claim is pending, handled late (its command thread is
+    held up while the session expires and the zk-client owner lets go): no claim may land in the new session before
+    the loss is handled.  Then a failed re-registration is retried until the consumer is in both registries."""
+    with ExitStack() as stack:
+        other = stack.enter_context(ZkClient(ZkConfig.from_string(zk_hosts)))  # plays the coordinator and a member L
+        held = legacy_paths.owner(GROUP, TOPIC, 1)
+        other.create(held, b"L-0", ephemeral=True, makepath=True)
+        config = ConsumerConfig(
+            group=GROUP, subscription=Subscription.static({TOPIC: 1}), zk=zk_hosts, data_dir=tmp_path / "data",
+            session_timeout_s=3.0, migrating=True,
+        )  # fmt: skip
+        consumer = Consumer(config, journal=Journal(tmp_path / "journal", "consumer"))
+        stalled = threading.Event()
+        next_event = consumer.next_event
+
+        def slow_next_event() -> tuple[str, object]:
+            event = next_event()
+            while stalled.is_set():  # the command thread is busy elsewhere (a slow callback, a blocked call)
+                time.sleep(0.02)
+            return event
+
+        consumer.next_event = slow_next_event  # type: ignore[method-assign]
+        stack.enter_context(consumer)
+        thread = f"{consumer.consumer_id}-0"
+        for p in (0, 1):
+            other.create(paths.owner(GROUP, TOPIC, p), encode_owner(thread), makepath=True)
+        start = Command(CommandOption.START_FETCHER, 1, 1, GROUP, {TOPIC: {0: thread, 1: thread}}, 0)
+        other.create(f"{paths.channel(GROUP, consumer.consumer_id)}/cmd-1-1-start-", start.encode(), sequence=True)
+        bridge = consumer.bridge
+        assert bridge is not None
+        wait_until(lambda: TopicPartition(TOPIC, 1) in bridge.pending, 10, "partition 1 pending")
+
+        stalled.set()
+        expire_session(consumer.zk.kazoo)
+        other.delete(held)  # L lets go while the loss is not handled yet
+        wait_until(lambda: consumer.zk.session_id != bridge.session, 10, "the client in a new session")
+        time.sleep(0.5)  # let queued claim retries run first once the thread moves again, as they would
+        stalled.clear()
+        wait_until(lambda: consumer.registrations >= 2 and not consumer.handler._lost, 15, "registered again")
+        assert other.exists(held) is None, "a claim landed in the new session before the loss was handled"
+        assert consumer.assignment() == {}
+
+        # A re-registration that fails is tried again, until the consumer is back in both registries.
+        create = consumer.zk.create
+        failures = [ZkUnavailableError("injected connection loss")]
+
+        def flaky_create(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path == paths.member(GROUP, consumer.consumer_id) and failures:
+                raise failures.pop()
+            return create(path, *args, **kwargs)
+
+        consumer.zk.create = flaky_create  # type: ignore[method-assign]
+        expire_session(consumer.zk.kazoo)
+        wait_until(lambda: consumer.registrations >= 3 and not consumer.handler._lost, 15, "registered a third time")
+        assert not failures, "the injected failure was never met"
+        assert other.exists(paths.member(GROUP, consumer.consumer_id)) is not None
+        assert other.exists(legacy_paths.member(GROUP, consumer.consumer_id)) is not None

@@ -58,6 +58,9 @@ def test_a_migrating_group_reads_its_zk_client_members_but_not_its_own_mirror_re
     zk.create(legacy_paths.member(G, "g_a-1-00000001"), reg.encode(), makepath=True)  # our member's mirror
     zk.create(legacy_paths.member(G, "g_old-1-00000002"), reg.encode(), makepath=True)
     zk.create(legacy_paths.member(G, "g_bad-1-00000003"), b"{not json", makepath=True)
+    # A migrating member whose coordinator registration is not there yet counts once it is (not as zk-client now).
+    joining = MemberRegistration(Pattern.STATIC, {"t": 1}, 1, migrating=True)
+    zk.create(legacy_paths.member(G, "g_new-1-00000004"), joining.encode(), makepath=True)
     read = _read(zk)
     assert read.migrating
     assert sorted(read.snapshot.legacy) == ["g_old-1-00000002"]

@@ -96,3 +96,31 @@ def test_fault_specs_are_validated() -> None:
     for bad in ("nowhere=pause", "coordinator.before_start=explode", "coordinator.before_start=pause@0"):
         with pytest.raises(ConfigurationError):
             parse(bad)
+
+
+def test_a_migrating_group_is_planned_over_both_protocols_and_commands_only_its_own_share() -> None:
+    migrating = MemberRegistration(Pattern.STATIC, {"clicks": 1}, 0, migrating=True)
+    old = Member("g_old-1-00000001", MemberRegistration(Pattern.STATIC, {"clicks": 1}, 0), 7)
+    snap = GroupSnapshot(
+        "g", {"g_new-1-00000002": Member("g_new-1-00000002", migrating, 8)}, None, {}, legacy={old.consumer_id: old}
+    )
+    planned = plan(snap, TOPICS, "range")
+    assert planned.target == {"clicks": {0: "g_new-1-00000002-0", 1: "g_new-1-00000002-0"}}
+    assert planned.legacy == {"g_old-1-00000001": 7} and planned.legacy_partitions == 1
+    # The state remembers the zk-client members: one leaving is a reason to rebalance.
+    state = GroupState(3, GroupPhase.STABLE, 1, planned.members, planned.target, legacy=planned.legacy)
+    settled = GroupSnapshot("g", snap.members, state, planned.target, legacy=snap.legacy)
+    assert not plan(settled, TOPICS, "range").necessary
+    gone = GroupSnapshot("g", snap.members, state, planned.target)
+    assert plan(gone, TOPICS, "range").reason == "zk-client membership changed"
+
+
+def test_a_member_without_migrating_gets_nothing_while_zk_client_members_remain() -> None:
+    old = Member("g_old-1-00000001", MemberRegistration(Pattern.STATIC, {"clicks": 1}, 0), 7)
+    naive = Member("g_new-1-00000002", MemberRegistration(Pattern.STATIC, {"clicks": 1}, 0), 8)
+    planned = plan(
+        GroupSnapshot("g", {naive.consumer_id: naive}, None, {}, legacy={old.consumer_id: old}), TOPICS, "range"
+    )
+    assert planned.target == {}
+    assert planned.members == {naive.consumer_id: 8}  # still commanded: stopped, and started with nothing
+    assert any("not --migrating" in reason for _, reason in planned.notes)

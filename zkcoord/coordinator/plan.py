@@ -113,6 +113,13 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
     notes: list[tuple[str, str]] = []
     subscriptions: dict[str, dict[str, int]] = {}
     everyone = {**snapshot.legacy, **snapshot.members}
+    if snapshot.legacy:
+        # A member without --migrating takes no 0.8 owner znodes and the zk-client members do not count it: given
+        # partitions, it would fetch beside them.  It gets none until the zk-client members are gone.
+        for cid, member in sorted(snapshot.members.items()):
+            if not member.registration.migrating:
+                del everyone[cid]
+                notes.append((f"member {cid}", "not --migrating in a group with zk-client members: given nothing"))
     for cid, member in sorted(everyone.items()):
         resolved, missing = resolve(member.registration, topics)
         for topic in missing:

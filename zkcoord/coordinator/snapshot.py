@@ -175,8 +175,9 @@ def _decode(
 
 def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError]) -> None:
     """Add the zk-client members of every migrating group in ``results`` (two more pipelined bursts, only when
-    some group migrates): ``/consumers/<g>/ids`` less the group's own members (each migrating member registers
-    there too, so that the zk-client members count it).  Malformed registrations are rejected (S7).
+    some group migrates): ``/consumers/<g>/ids`` less the migrating members, ours (each registers there too, so
+    that the zk-client members count it) and those whose coordinator registration is not there yet (counted once
+    it is: one rebalance per migrating join, not two).  Malformed registrations are rejected (S7).
     """
     migrating = sorted(g for g, r in results.items() if isinstance(r, ReadResult) and r.migrating)
     if not migrating:
@@ -199,9 +200,12 @@ def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError])
             continue  # left between the listing and the read
         path = legacy_paths.member(g, cid)
         try:
-            legacy[g][cid] = Member(cid, MemberRegistration.decode(got[0], path), got[1].czxid)
+            registration = MemberRegistration.decode(got[0], path)
         except CodecError as e:
             rejected[g].append((path, e.reason))
+            continue
+        if not registration.migrating:  # a migrating member registered here first: it counts once it is ours
+            legacy[g][cid] = Member(cid, registration, got[1].czxid)
     for g in migrating:
         read = results[g]
         assert isinstance(read, ReadResult)  # noqa: S101
