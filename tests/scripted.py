@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkError
@@ -66,8 +67,14 @@ class ScriptedConsumer:
         return self
 
     def register(self) -> None:
+        self.zk.ensure_path(paths.group_ids(self.group))
+        self.register_async().get(timeout=10)
+
+    def register_async(self) -> Any:
+        """Send the member znode's create without waiting (a kazoo async result): many consumers can register in
+        one burst of a few milliseconds, as a fleet restarting at once would.  The group's ``ids`` must exist."""
         reg = MemberRegistration(self.pattern, self.subscription, int(time.time() * 1000))
-        self.zk.create(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True, makepath=True)
+        return self.zk.kazoo.create_async(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True)
 
     def close(self) -> None:
         self._inbox.put(None)

@@ -206,8 +206,10 @@ def test_a_burst_of_joins_costs_few_rebalances(cluster: Cluster) -> None:
     cluster.broker(1)
     TopicAdmin(cluster.admin_zk).create("big", 100)
     consumers = [cluster.consumer("burst", {"big": 1}, defer_register=True) for _ in range(50)]
-    for consumer in consumers:  # 50 member znodes created back to back: one burst of changes
-        consumer.register()
+    cluster.admin_zk.ensure_path(paths.group_ids("burst"))
+    # 50 member znodes created at once (each consumer's create sent before any reply is awaited): one burst.
+    for pending in [consumer.register_async() for consumer in consumers]:
+        pending.get(timeout=10)
     cluster.wait_stable("burst", 50, timeout=60)
     wait_until(lambda: all_owned({"big": 100})(consumers), 20, "every partition owned")
     started = [e for e in cluster.events("rebalance.started", group="burst") if e.fields["attempt"] == 0]
