@@ -31,7 +31,7 @@ from consumer.migration import newer
 from consumer.offsets import OffsetCommitFencedError
 from consumer.records import TopicPartition
 from zkcoord import paths
-from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.zk import ConnState
 from zkcoord.znodes import Command, CommandOption
 
@@ -98,6 +98,13 @@ class CommandHandler:
                     self.c.redeliver_later((kind, arg))
                 elif self._lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
+            except ZkCoordError as e:
+                # Anything else the project raises (a corrupt partition log, ...): this step is abandoned and
+                # said so, and the thread goes on with the next event (S7: bad input never stops a consumer).
+                log.warning("consumer %s: %s failed: %s", self.c.consumer_id, kind, e)
+                self.c.journal.emit(
+                    "input.rejected", what=f"consumer {kind} event", path=self.c.consumer_id, reason=str(e)
+                )
 
     def _handle(self, kind: str, arg: object) -> None:
         if kind == "channel" and isinstance(arg, list):
