@@ -1,7 +1,9 @@
 """Scale benchmarks of the coordinator: many consumer sessions (``swarm``) and a coordinator failover at scale.
 
-* :mod:`benchmarks.scale.swarm`: one process running thousands of control-plane consumer sessions (a small asyncio
-  ZooKeeper client on kazoo's wire serialization; one TCP connection and one real session per consumer).
+* :mod:`benchmarks.scale.swarm`: one process running thousands of control-plane consumer sessions (one TCP
+  connection and one real session per consumer); its command line, ready and stats files.  Its parts by role:
+  :mod:`~benchmarks.scale.member` (one consumer: session, registration, channel and commands) and
+  :mod:`~benchmarks.scale.wire` (a small asyncio ZooKeeper client on kazoo's wire serialization).
 * :mod:`benchmarks.scale.failover`: ZooKeeper, two brokers and a few swarm processes; forms the groups, SIGKILLs the
   coordinator and measures the time from its session's expiry until the new coordinator has re-examined every group.
   Its parts by role: :mod:`~benchmarks.scale.params` (parameters, result record, constants),

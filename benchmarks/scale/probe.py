@@ -9,8 +9,8 @@
   :func:`~zkcoord.coordinator.snapshot.read_groups` does (a new coordinator reads ``examine_batch`` groups at a
   time).  The plans must agree with the one-at-a-time ones.
 * :func:`per_request_us`: the cost of one request inside a large pipelined burst of reads, through kazoo
-  (``ZkClient.get_many``) and through the swarm's asyncio client on one connection: what a request costs once the
-  round trip is amortised, i.e. the client's own overhead.
+  (``ZkClient.get_many``) and through the swarm's asyncio client (:mod:`~benchmarks.scale.wire`) on one connection:
+  what a request costs once the round trip is amortised, i.e. the client's own overhead.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from zkcoord.coordinator.snapshot import read_group, read_groups
 from zkcoord.errors import ZkError
 from zkcoord.zk import ZkClient
 
-from .swarm import NO_PASSWORD, Connection
+from .wire import NO_PASSWORD, Connection
 
 
 @dataclass(frozen=True, slots=True)
