@@ -295,3 +295,26 @@ def test_a_phase_cut_by_a_connection_loss_resumes_without_losing_or_duplicating(
     assert all(
         (final, CommandOption.STOP_FETCHER) in {(c.generation, c.option) for c in x.commands()} for x in consumers
     )
+
+
+def test_a_malformed_owner_znode_is_overwritten_not_recreated(cluster: Cluster) -> None:
+    """An owner znode whose data is garbage is refused (S7) but still exists: the next start phase must set or
+    delete it, not create it (a create would fail every attempt and leave the group stopped)."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    first = cluster.consumer("m", {"t": 1})
+    cluster.wait_stable("m", 1)
+    zk = cluster.admin_zk
+    zk.set(paths.owner("m", "t", 0), b"not a thread id!")
+    zk.create(paths.owner("m", "t", 7), b"??", makepath=True)  # a partition the topic does not have
+    # Rewrite the state as it is: its new version tells the coordinator that the registry is no longer the one it
+    # left (it trusts its own writes otherwise: snapshot.KnownRegistry), as a successor coordinator would read it.
+    zk.set(paths.group_state("m"), zk.get(paths.group_state("m"))[0])
+    second = cluster.consumer("m", {"t": 1})  # a join: the coordinator rewrites the registry
+    cluster.wait_stable("m", 2)
+    first.wait_for(lambda c: len(c.partitions()) == 1)
+    second.wait_for(lambda c: len(c.partitions()) == 1)
+    owners = {p: zk.get(paths.owner("m", "t", p))[0].decode() for p in (0, 1)}
+    assert sorted(owners.values()) == sorted([f"{first.consumer_id}-0", f"{second.consumer_id}-0"])
+    assert zk.exists(paths.owner("m", "t", 7)) is None
+    assert not cluster.events("rebalance.failed", group="m")

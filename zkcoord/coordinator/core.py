@@ -109,9 +109,8 @@ class Coordinator:
         self._order: deque[str] = deque()
         #: each group's member ids as last listed (with the one-shot watch of ``_members_watch``)
         self._member_ids: dict[str, list[str]] = {}
-        #: groups whose members watch fired: to list (and watch) again; True if the children changed (CHILD),
-        #: False if the watch was only reset by a connection loss (then a change is judged from the listing)
-        self._relist: dict[str, bool] = {}
+        #: groups whose members watch fired (a change, or a reset by a connection loss): to list and watch again
+        self._relist: set[str] = set()
         self._members_watch: Callable[[WatchEvent], None] | None = None
 
     # --- BrokerService ------------------------------------------------------------------------------------------
@@ -461,21 +460,22 @@ class Coordinator:
         group = paths.group_of_ids(path)
         if group is None or group not in self._groups:
             return
-        self._relist[group] = self._relist.get(group, False) or kind is not WatchKind.RESET
+        self._relist.add(group)
 
     def _refresh_members(self) -> None:
-        """List (and watch again) every group whose members watch fired, in one burst.  A group whose children
-        changed, or whose listing differs from the last one after a reset, is handled as a membership change."""
+        """List (and watch again) every group whose members watch fired, in one burst; each is handled as a
+        membership change (after a reset too: see below)."""
         if not self._relist or self.role is not Role.COORDINATOR or self._suspended:
             return
         groups = sorted(self._relist)
-        before = {g: self._member_ids.get(g) for g in groups}
         listings = self._list_members(groups)
         for group in groups:
-            changed = self._relist.pop(group)
+            # A watch that was only reset (a connection loss) is handled as a change too: a member may have
+            # re-registered under the same id meanwhile (a new incarnation, same names), which the necessity check
+            # sees and a comparison of names would not.  The examination is cheap (members and state).
             children = listings.get(group, [])
-            if changed or children != before[group]:
-                self._on_members(group, children)
+            self._on_members(group, children)
+            self._relist.discard(group)  # only once handled: a failed step leaves the group to be listed again
 
     def _on_members(self, group: str, children: list[str]) -> None:
         """Membership changed (seed C): abort an attempt a member of which left, and queue the group.  (Its member

@@ -211,6 +211,9 @@ class Rebalancer:
         state = read.snapshot.state
         generation = (state.generation if state else 0) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
+        # The version the stop phase writes over (a resume after a connection loss in which no batch landed
+        # starts from it again).
+        attempt.state_version = read.state_version
         migration = {"legacy": sorted(planned.legacy), "legacy_partitions": planned.legacy_partitions}
         if attempt.number == 0:
             self.metrics.rebalances_started += 1
@@ -321,6 +324,7 @@ class Rebalancer:
     def _ownership_ops(self, attempt: Attempt) -> list[Op]:
         """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``."""
         g, old, new = attempt.group, attempt.read.snapshot.owners, attempt.plan.target
+        unreadable = attempt.read.unreadable_owners  # they exist: overwritten or deleted, never created
         ops: list[Op] = []
         if new and not attempt.read.owners_root:
             ops.append(Op("create", paths.owners_root(g)))
@@ -329,14 +333,13 @@ class Rebalancer:
                 ops.append(Op("create", paths.owners(g, topic)))
             for p, thread in sorted(new[topic].items()):
                 held = old.get(topic, {}).get(p)
-                if held is None:
+                if held is None and (topic, p) not in unreadable:
                     ops.append(Op("create", paths.owner(g, topic, p), encode_owner(thread)))
                 elif held != thread:
                     ops.append(Op("set", paths.owner(g, topic, p), encode_owner(thread)))
-        for topic in sorted(old):
-            for p in sorted(old[topic]):
-                if p not in new.get(topic, {}):
-                    ops.append(Op("delete", paths.owner(g, topic, p)))
+        for topic, p in sorted({(t, q) for t in old for q in old[t]} | unreadable):
+            if p not in new.get(topic, {}):
+                ops.append(Op("delete", paths.owner(g, topic, p)))
         return ops
 
     def _state(self, attempt: Attempt, phase: GroupPhase, error: str = "") -> GroupState:
@@ -535,6 +538,7 @@ class Rebalancer:
             updated_ms=self.wall_ms(),
             attempt=state.attempt,
             error=reason[:500],
+            legacy=state.legacy,  # a migrating group stays one: its zk-client members are still there
         )
         txn = self.writer.fence.transaction()
         txn.set_data(paths.group_state(group), failed.encode(), stat.version)

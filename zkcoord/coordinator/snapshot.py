@@ -10,6 +10,7 @@ Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from zkcoord.coordinator.plan import GroupSnapshot, Member
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.zk import Stat, ZkClient
 from zkcoord.znodes import GroupState, MemberRegistration, decode_owner
+
+_PARTITION = re.compile(r"0|[1-9][0-9]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,8 @@ class ReadResult:
     owner_topics: frozenset[str]
     #: whether ``owners`` itself exists
     owners_root: bool
+    #: owner znodes that exist but could not be decoded (S7): the next write overwrites or deletes them
+    unreadable_owners: frozenset[tuple[str, int]] = frozenset()
     #: whether the group is migrating from the zk-client protocol (some member says so, or the state has
     #: zk-client members): its zk-client members were read too, and their registry needs watching
     migrating: bool = False
@@ -86,7 +91,7 @@ def read_groups(
         owner_keys: list[tuple[str, str, int]] = []
         for (g, topic), parts in zip(topic_keys, partition_lists, strict=True):
             for p in sorted(parts or []):
-                if p.isdigit():
+                if _PARTITION.fullmatch(p):  # canonical only: "01" would alias partition 1
                     owner_keys.append((g, topic, int(p)))
                 else:
                     rejected[g].append((f"{paths.owners(g, topic)}/{p}", "not a partition number"))
@@ -94,6 +99,7 @@ def read_groups(
     except ZkError as e:
         return dict.fromkeys(groups, e)
     owners: dict[str, dict[str, dict[int, str]]] = {g: {} for g in groups}
+    unreadable: dict[str, set[tuple[str, int]]] = {g: set() for g in groups}
     for g, registry in cached.items():
         owners[g] = {t: dict(parts) for t, parts in registry.owners.items()}
     for (g, topic, partition), got in zip(owner_keys, owner_reads, strict=True):
@@ -104,10 +110,12 @@ def read_groups(
             owners[g].setdefault(topic, {})[partition] = decode_owner(got[0], path)
         except CodecError as e:
             rejected[g].append((path, e.reason))
+            unreadable[g].add((topic, partition))
     at = 0
     for g in groups:
         n = len(ids[g])
-        out[g] = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
+        read = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
+        out[g] = dataclasses.replace(read, unreadable_owners=frozenset(unreadable[g])) if unreadable[g] else read
         at += n + 1
     _with_legacy_members(zk, out)
     return out
@@ -170,7 +178,7 @@ def _decode(
         owners=owners,
         rejected=tuple(rejected),
     )
-    return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating)
+    return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating=migrating)
 
 
 def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError]) -> None:
