@@ -65,3 +65,14 @@ def test_a_migrating_group_reads_its_zk_client_members_but_not_its_own_mirror_re
     assert read.migrating
     assert sorted(read.snapshot.legacy) == ["g_old-1-00000002"]
     assert [path for path, _ in read.snapshot.rejected] == [legacy_paths.member(G, "g_bad-1-00000003")]
+
+
+def test_zk_client_members_are_seen_even_when_no_member_of_ours_is_migrating(zk: ZkClient) -> None:
+    """A coordinator member started without --migrating into a group that zk-client members still run must not be
+    given their partitions: the group is read as migrating because of the zk-client registry alone."""
+    _group(zk, {0: "g_a-1-00000001-0"})
+    reg = MemberRegistration(Pattern.STATIC, {"t": 1}, 1)
+    zk.create(legacy_paths.member(G, "g_old-1-00000002"), reg.encode(), makepath=True)
+    read = _read(zk)
+    assert read.migrating
+    assert sorted(read.snapshot.legacy) == ["g_old-1-00000002"]

@@ -79,10 +79,18 @@ def read_groups(
     known = member_ids or {}
     unlisted = [g for g in groups if g not in known]
     try:
-        listings = zk.children_many([paths.owners_root(g) for g in groups] + [paths.group_ids(g) for g in unlisted])
+        # The Kafka 0.8 registry of each group is listed too (absent for nearly every group: one cheap NoNode), so
+        # that zk-client members are seen even when no member of ours says the group is migrating.
+        n = len(groups)
+        listings = zk.children_many(
+            [paths.owners_root(g) for g in groups]
+            + [legacy_paths.ids(g) for g in groups]
+            + [paths.group_ids(g) for g in unlisted]
+        )
         topics = {g: listings[i] for i, g in enumerate(groups)}
+        legacy_ids = {g: listings[n + i] or [] for i, g in enumerate(groups)}
         ids = {g: sorted(known[g]) for g in groups if g in known}
-        ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[len(groups) :], strict=True))
+        ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[2 * n :], strict=True))
         reads = zk.get_many([p for g in groups for p in (*(paths.member(g, c) for c in ids[g]), paths.group_state(g))])
         cached = _still_known(groups, ids, reads, known_registries or {})
         topic_keys = [(g, t) for g in groups if g not in cached for t in sorted(topics[g] or [])]
@@ -117,7 +125,7 @@ def read_groups(
         read = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
         out[g] = dataclasses.replace(read, unreadable_owners=frozenset(unreadable[g])) if unreadable[g] else read
         at += n + 1
-    _with_legacy_members(zk, out)
+    _with_legacy_members(zk, out, legacy_ids)
     return out
 
 
@@ -181,22 +189,28 @@ def _decode(
     return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating=migrating)
 
 
-def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError]) -> None:
-    """Add the zk-client members of every migrating group in ``results`` (two more pipelined bursts, only when
-    some group migrates): ``/consumers/<g>/ids`` less the migrating members, ours (each registers there too, so
-    that the zk-client members count it) and those whose coordinator registration is not there yet (counted once
-    it is: one rebalance per migrating join, not two).  Malformed registrations are rejected (S7).
+def _with_legacy_members(
+    zk: ZkClient, results: dict[str, ReadResult | ZkError], legacy_ids: Mapping[str, list[str]]
+) -> None:
+    """Add the zk-client members of every group in ``results`` that has any, or is migrating (one more pipelined
+    burst, only when some group does): ``/consumers/<g>/ids`` (``legacy_ids``, listed already) less the migrating
+    members, ours (each registers there too, so that the zk-client members count it) and those whose coordinator
+    registration is not there yet (counted once it is: one rebalance per migrating join, not two).  Such a group is
+    marked migrating.  Malformed registrations are rejected (S7).
     """
-    migrating = sorted(g for g, r in results.items() if isinstance(r, ReadResult) and r.migrating)
+    migrating = sorted(
+        g
+        for g, r in results.items()
+        if isinstance(r, ReadResult) and (r.migrating or set(legacy_ids.get(g, [])) - set(r.snapshot.members))
+    )
     if not migrating:
         return
     try:
-        listings = zk.children_many([legacy_paths.ids(g) for g in migrating])
         keys: list[tuple[str, str]] = []
-        for g, listed in zip(migrating, listings, strict=True):
+        for g in migrating:
             read = results[g]
             assert isinstance(read, ReadResult)  # noqa: S101 (filtered above)
-            keys += [(g, cid) for cid in sorted(listed or []) if cid not in read.snapshot.members]
+            keys += [(g, cid) for cid in sorted(legacy_ids.get(g, [])) if cid not in read.snapshot.members]
         reads = zk.get_many([legacy_paths.member(g, cid) for g, cid in keys])
     except ZkError as e:
         results.update(dict.fromkeys(migrating, e))
@@ -220,7 +234,7 @@ def _with_legacy_members(zk: ZkClient, results: dict[str, ReadResult | ZkError])
         snapshot = dataclasses.replace(
             read.snapshot, legacy=legacy[g], rejected=(*read.snapshot.rejected, *rejected[g])
         )
-        results[g] = dataclasses.replace(read, snapshot=snapshot)
+        results[g] = dataclasses.replace(read, snapshot=snapshot, migrating=True)
 
 
 def group_exists(zk: ZkClient, group: str) -> bool:
