@@ -206,7 +206,8 @@ class ZkServer:
         self._java = java
         self._classpath = tuple(classpath) if classpath is not None else None
         self._port = self.config.port or None
-        self._data_dir = self.config.data_dir
+        # Absolute: the JVM runs in the data dir, so a relative path to its zoo.cfg would not resolve there.
+        self._data_dir = self.config.data_dir.resolve() if self.config.data_dir is not None else None
         self._owns_data_dir = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0

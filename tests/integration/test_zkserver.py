@@ -56,6 +56,16 @@ def one_line(message: str) -> str:
 # --- one server -----------------------------------------------------------------------------------------------
 
 
+def test_a_relative_data_dir_works(zk_factory: ZkFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``zkcoord demo`` puts its runs under ``runs/<timestamp>``: relative to the caller, not to the JVM (which runs
+    in the data dir)."""
+    monkeypatch.chdir(tmp_path)
+    server = zk_factory.server(dataclasses.replace(TEST_CONFIG, data_dir=Path("runs/x/zk")))
+    assert server.is_running()
+    assert server.config_path == tmp_path / "runs" / "x" / "zk" / "zoo.cfg"
+    assert four_letter_word("127.0.0.1", server.port, "ruok") == "imok"
+
+
 def test_a_server_serves_until_stopped(zk_factory: ZkFactory) -> None:
     server = zk_factory.server()
     assert server.is_running()
