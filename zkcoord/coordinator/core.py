@@ -45,7 +45,7 @@ from zkcoord.coordinator.election import Fence, Term, try_elect
 from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Begun, Rebalancer
 from zkcoord.coordinator.snapshot import read_groups
-from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkError
+from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
@@ -217,6 +217,13 @@ class Coordinator:
             # to be listed or examined stay queued, and the timer wakes the worker to try again.
             log.warning("coordinator %d: %s", self.broker_id, e)
             self._schedule(0.5, self._redeliver(event))
+        except ZkCoordError as e:
+            # Anything else the project raises (bad data no codec expected, ...): this step is abandoned and said
+            # so; the worker goes on, so the term and every other group are unaffected (S7).
+            log.warning("coordinator %d: step failed: %s", self.broker_id, e)
+            self._journal.emit(
+                "input.rejected", what="coordinator step", path=event.kind if event else "", reason=str(e)
+            )
 
     def _redeliver(self, event: _Event | None) -> Callable[[], None]:
         def again() -> None:

@@ -25,6 +25,7 @@ Threads: every method runs on the coordinator's worker thread; nothing here bloc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -185,6 +186,10 @@ class Rebalancer:
         if isinstance(read, ZkError):
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
             return Begun.SKIPPED
+        if self.writer.fence.unsafe and read.migrating:
+            # Fences off (the demo's contrast): a coordinator that knows nothing of a migration, as one written
+            # without it would be -- it plans over its own members only, beside the zk-client members.
+            read = dataclasses.replace(read, snapshot=dataclasses.replace(read.snapshot, legacy={}), migrating=False)
         planned = plan(read.snapshot, self.topics(), self.config.assignor)
         wanted = planned.necessary or self.retries.get(group, 0) != 0
         if wanted and (planned.members or read.snapshot.state is not None) and not room:
