@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from zkcoord.bench.timeline import Event, GroupTracker, expected_owners, outage
+from zkcoord.cli.analyze_cmd import analyze
 from zkcoord.cli.bench_cmd import bench
 
 pytestmark = pytest.mark.integration
@@ -170,6 +171,15 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
     roles = {p.name.split(".")[0] for p in (tmp_path / "run" / "journal").glob("*.jsonl")}
     assert {"broker-1", "consumer-bench0"} <= roles
 
+    # zkcoord analyze plots the JSON: the protocols side by side.
+    plotted = CliRunner().invoke(analyze, ["--bench", str(out), "--out", str(tmp_path / "plots")])
+    assert plotted.exit_code == 0, plotted.output
+    assert "coordinator join" in plotted.output and "zk-client   leave" in plotted.output
+    page = (tmp_path / "plots" / "bench.html").read_text()
+    for name in ("latency", "stw", "requests", "steps"):
+        assert f"bench-{name}.png" in page
+        assert (tmp_path / "plots" / f"bench-{name}.png").stat().st_size > 1000
+
 
 @pytest.mark.timeout(120)
 def test_subprocess_run_with_its_own_zookeeper(tmp_path: Path) -> None:
@@ -289,3 +299,21 @@ def test_tracker_settles_at_the_event_that_completes_the_new_assignment() -> Non
     done = _ev(31, "legacy.rebalance.completed", consumer=b, members=2)
     legacy.apply(done)
     assert legacy.settled_at is done and legacy.settled()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "is not JSON"),
+        ('{"benchmark": "other", "schema": 1}', "is not a 'zkcoord bench rebalance' result"),
+        ('{"benchmark": "rebalance", "schema": 2}', "schema 2 is not supported"),
+        ('{"benchmark": "rebalance", "schema": 1, "summary": []}', "field 'changes' is missing"),
+    ],
+)
+def test_analyze_refuses_what_is_not_a_bench_result_in_one_line(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(content)
+    result = CliRunner().invoke(analyze, ["--bench", str(path), "--out", str(tmp_path / "plots")])
+    assert result.exit_code == 1
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "plots").exists()

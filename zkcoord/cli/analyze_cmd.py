@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import click
 
 from zkcoord.analysis import AnalysisError, run_analysis
+from zkcoord.analysis.bench_report import load_bench, render_bench, table
 
 
 @click.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_dirs", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--bench",
+    "bench_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Plot a 'zkcoord bench rebalance' JSON instead (OUT/bench.html; no Spark).",
+)
 @click.option(
     "--master",
     default=None,
@@ -29,7 +38,13 @@ from zkcoord.analysis import AnalysisError, run_analysis
 @click.option("--no-report", is_flag=True, help="Skip the HTML report and its plots.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
 def analyze(
-    run_dirs: tuple[Path, ...], master: str | None, out_dir: Path | None, as_json: bool, no_report: bool, quiet: bool
+    run_dirs: tuple[Path, ...],
+    bench_file: Path | None,
+    master: str | None,
+    out_dir: Path | None,
+    as_json: bool,
+    no_report: bool,
+    quiet: bool,
 ) -> None:
     """Read the journals of RUN_DIR... and judge S1-S5; exit 1 if any property is violated.
 
@@ -37,7 +52,15 @@ def analyze(
     A RUN_DIR holds journal/*.jsonl (or is a journal directory itself).  Several runs (say a safe run and its
     --unsafe contrast) are analysed separately and shown side by side.
     Writes OUT/tables/<table>/ (Parquet), OUT/verdict.json, OUT/report.html with PNG plots beside it.
+    With --bench FILE: plots a rebalance benchmark's JSON into OUT/bench.html instead.
     """
+    if bench_file is not None:
+        if run_dirs:
+            raise click.UsageError("give RUN_DIR... or --bench FILE, not both")
+        _bench(bench_file, out_dir or bench_file.parent / "bench-report", as_json)
+        return
+    if not run_dirs:
+        raise click.UsageError("give at least one RUN_DIR (or --bench FILE)")
     if out_dir is None:
         first = run_dirs[0]
         base = first.parent if first.name == "journal" else first
@@ -66,6 +89,19 @@ def analyze(
         )
     if not verdict.ok:
         raise SystemExit(1)
+
+
+def _bench(path: Path, out: Path, as_json: bool) -> None:
+    try:
+        doc = load_bench(path)
+        page = render_bench(doc, out)
+    except AnalysisError as e:
+        raise click.ClickException(str(e)) from e
+    if as_json:
+        click.echo(json.dumps({"summary": doc["summary"], "comparison": doc.get("comparison"), "report": str(page)}))
+    else:
+        click.echo(table(doc))
+        click.echo(f"\nreport: {page}")
 
 
 def _default_master() -> str | None:
