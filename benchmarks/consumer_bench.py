@@ -74,7 +74,7 @@ from consumer.fetcher import FetchManager
 from zkcoord import paths
 from zkcoord.broker import Broker, BrokerConfig
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
-from zkcoord.errors import ZkError
+from zkcoord.errors import ZkCoordError, ZkError
 from zkcoord.journal import Journal
 from zkcoord.partlog import PartitionReader, PartitionWriter, WriterConfig
 from zkcoord.partlog.layout import list_segments, log_path, partition_dir
@@ -123,14 +123,6 @@ def summary(values: list[float]) -> dict[str, float]:
         "max": round(max(values), 2),
         "mean": round(sum(values) / len(values), 2),
     }
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str, interval: float = 0.01) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise BenchError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)
 
 
 def log_bytes(root: Path, topic: str, partitions: int) -> int:
@@ -674,7 +666,7 @@ def close_all(consumers: list[Consumer]) -> None:
     for c in reversed(consumers):
         try:
             c.close(timeout=5.0)
-        except Exception:  # keep closing the others
+        except (ZkCoordError, OSError, RuntimeError):  # keep closing the others
             log.exception("closing %s", c.consumer_id)
 
 

@@ -45,6 +45,7 @@ EVENTS: dict[str, str] = {
     "produce.finished": "a producer finished: topic, count, seconds, records_per_s, mb_per_s",
     "log.recovered": "a torn tail was cut off a partition log on open: topic, partition, bytes_cut",
     "coordinator.elected": "a broker won the coordinator election: broker, epoch, session",
+    "coordinator.standby": "a broker lost the election and watches the coordinator's znode: broker",
     "coordinator.resigned": "a coordinator gave up its term: broker, epoch, reason (fenced, session lost, stopping)",
     "coordinator.metrics": "periodic coordinator counters: rebalances, latency percentiles, groups by state",
     "rebalance.requested": "a group was queued for a rebalance: group, trigger",

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord import paths
+from zkcoord.errors import CodecError, ZkError
 from zkcoord.procs import ChildProcess, ProcessError
 from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient, ZkConfig
@@ -139,7 +140,7 @@ class ScaleRun:
     def coordinator(self) -> CoordinatorInfo | None:
         try:
             return CoordinatorInfo.decode(self.admin.get(paths.COORDINATOR)[0])
-        except Exception:  # noqa: BLE001 - absent or not written yet
+        except (ZkError, CodecError):  # absent or not written yet
             return None
 
     def journal(self, broker_id: int) -> JournalTail:
@@ -225,8 +226,12 @@ class ScaleRun:
         self._start_broker(dead)
         wait_for(lambda: len(TopicAdmin(self.admin).live_brokers()) == 2, 60, f"broker {dead} registered again")
         tail = self.journal(dead)
-        wait_for(lambda: bool(tail.poll() or tail.events), 60, f"broker {dead}'s journal")
-        time.sleep(1.0)  # its coordinator service has set its watch on /consumers/coordinator by now
+
+        def standby() -> bool:
+            tail.poll()
+            return any(e.get("ev") == "coordinator.standby" for e in tail.events)
+
+        wait_for(standby, 60, f"broker {dead} standing by (its watch on /consumers/coordinator set)")
         say(f"broker {dead} restarted as the standby")
 
     def _failover(self, index: int) -> dict[str, Any]:

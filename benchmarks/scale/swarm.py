@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zkcoord.errors import ZkCoordError
 from zkcoord.names import validate_group, validate_topic
 from zkcoord.zk import ZkAddress
 
@@ -234,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         address = ZkAddress.parse(args.zk)
         groups = parse_groups(args.groups, args.group_prefix)
         validate_topic(args.topic)
-    except Exception as e:  # noqa: BLE001 - a usage error, reported as one
+    except (ZkCoordError, ValueError) as e:  # a usage error, reported as one
         parser.error(str(e))
     if args.per_group < 1 or not 1 <= args.threads <= 1024 or not 0.5 <= args.session_timeout <= 600:
         parser.error("--per-group >= 1, --threads in 1..1024, --session-timeout in 0.5..600")

@@ -95,7 +95,9 @@ class Connection(asyncio.Protocol):
             pos = end
             try:
                 self._frame(frame)
-            except Exception:  # a protocol violation: give the connection up, the session is resumed on a new one
+            except (struct.error, ValueError, IndexError, KeyError):
+                # A frame that does not parse: a protocol violation.  Give the connection up; the session is
+                # resumed on a new one.
                 log.exception("bad frame from ZooKeeper; dropping the connection")
                 self.abort()
                 return

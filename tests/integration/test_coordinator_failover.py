@@ -20,6 +20,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.integration.test_swarm import TOPIC, Swarm
 from zkcoord import paths
 from zkcoord.coordinator.core import _Event
+from zkcoord.errors import CodecError, ZkError
 from zkcoord.journal import JournalEvent, read_journal
 from zkcoord.procs import wait_until
 from zkcoord.topics import TopicAdmin
@@ -45,7 +46,7 @@ def all_stable(cluster: Cluster, members: int = PER_GROUP) -> bool:
     for group in GROUPS:
         try:
             state = cluster.state(group)
-        except Exception:  # noqa: BLE001 (not written yet)
+        except (ZkError, CodecError):  # not written yet
             return False
         if state.phase is not GroupPhase.STABLE or len(state.members) != members:
             return False

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -196,14 +195,18 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
             session_timeout_s=3.0, migrating=True,
         )  # fmt: skip
         consumer = Consumer(config, journal=Journal(tmp_path / "journal", "consumer"))
-        stalled = threading.Event()
+        running = threading.Event()
+        running.set()
         next_event = consumer.next_event
 
         def slow_next_event() -> tuple[str, object]:
             event = next_event()
-            while stalled.is_set():  # the command thread is busy elsewhere (a slow callback, a blocked call)
-                time.sleep(0.02)
+            running.wait(30)  # cleared: the command thread is busy elsewhere (a slow callback, a blocked call)
             return event
+
+        def queued(kind: str) -> bool:
+            with consumer._events.mutex:
+                return any(event[0] == kind for event in consumer._events.queue)
 
         consumer.next_event = slow_next_event  # type: ignore[method-assign]
         stack.enter_context(consumer)
@@ -216,12 +219,14 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
         assert bridge is not None
         wait_until(lambda: TopicPartition(TOPIC, 1) in bridge.pending, 10, "partition 1 pending")
 
-        stalled.set()
+        running.clear()
         expire_session(consumer.zk.kazoo)
         other.delete(held)  # L lets go while the loss is not handled yet
         wait_until(lambda: consumer.zk.session_id != bridge.session, 10, "the client in a new session")
-        time.sleep(0.5)  # let queued claim retries run first once the thread moves again, as they would
-        stalled.clear()
+        # The heartbeat's backstop queues a claim retry while the partition is pending: once the thread moves
+        # again, that retry runs in the new session before the loss is handled -- the interleaving under test.
+        wait_until(lambda: queued("legacy-claim"), 10, "a claim retry queued in the new session")
+        running.set()
         wait_until(lambda: consumer.registrations >= 2 and not consumer.handler._lost, 15, "registered again")
         assert other.exists(held) is None, "a claim landed in the new session before the loss was handled"
         assert consumer.assignment() == {}

@@ -88,7 +88,8 @@ class Worker:
                 try:
                     consumer.start()
                 except BaseException:
-                    with contextlib.suppress(Exception):  # whatever start() got to: threads, session
+                    # whatever start() got to: threads, session
+                    with contextlib.suppress(ZkCoordError, OSError, RuntimeError):
                         consumer.close(timeout=CLOSE_TIMEOUT_S)
                     raise
                 self.consumers[consumer.consumer_id] = consumer
@@ -110,7 +111,7 @@ class Worker:
             for future in [pool.submit(c.close, CLOSE_TIMEOUT_S) for c in consumers]:
                 try:
                     future.result()
-                except Exception:  # keep closing the others
+                except (ZkCoordError, OSError, RuntimeError):  # keep closing the others
                     log.exception("closing a consumer failed")
 
 

@@ -119,9 +119,11 @@ class Coordinator:
         self._zk = zk
         self._journal = journal
         zk.add_listener(lambda state: self._events.put(_Event("state", data=state)))
+        # The watch first: the worker's first election attempt then happens with it in place, so a broker that
+        # journals coordinator.standby is sure to hear of the coordinator's end.
+        zk.watch_data(paths.COORDINATOR, self._on_coordinator_node)
         self._worker = threading.Thread(target=self._run, name=f"coordinator-{self.broker_id}", daemon=True)
         self._worker.start()
-        zk.watch_data(paths.COORDINATOR, self._on_coordinator_node)
 
     def stop(self) -> None:
         if self._worker is not None:
@@ -298,7 +300,9 @@ class Coordinator:
             self._schedule(0.5, self._elect)
             return
         if term is None:
-            return  # another broker coordinates; the data watch calls us when its node goes
+            # Another broker coordinates; the data watch calls us when its node goes.
+            self._journal.emit("coordinator.standby", broker=self.broker_id)
+            return
         self._become_coordinator(term)
 
     def _become_coordinator(self, term: Term) -> None:

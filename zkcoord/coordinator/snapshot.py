@@ -198,19 +198,17 @@ def _with_legacy_members(
     registration is not there yet (counted once it is: one rebalance per migrating join, not two).  Such a group is
     marked migrating.  Malformed registrations are rejected (S7).
     """
-    migrating = sorted(
-        g
-        for g, r in results.items()
+    migrating = {
+        g: r
+        for g, r in sorted(results.items())
         if isinstance(r, ReadResult) and (r.migrating or set(legacy_ids.get(g, [])) - set(r.snapshot.members))
-    )
+    }
     if not migrating:
         return
+    keys = [
+        (g, cid) for g, r in migrating.items() for cid in sorted(legacy_ids.get(g, [])) if cid not in r.snapshot.members
+    ]
     try:
-        keys: list[tuple[str, str]] = []
-        for g in migrating:
-            read = results[g]
-            assert isinstance(read, ReadResult)  # noqa: S101 (filtered above)
-            keys += [(g, cid) for cid in sorted(legacy_ids.get(g, [])) if cid not in read.snapshot.members]
         reads = zk.get_many([legacy_paths.member(g, cid) for g, cid in keys])
     except ZkError as e:
         results.update(dict.fromkeys(migrating, e))
@@ -228,9 +226,7 @@ def _with_legacy_members(
             continue
         if not registration.migrating:  # a migrating member registered here first: it counts once it is ours
             legacy[g][cid] = Member(cid, registration, got[1].czxid)
-    for g in migrating:
-        read = results[g]
-        assert isinstance(read, ReadResult)  # noqa: S101
+    for g, read in migrating.items():
         snapshot = dataclasses.replace(
             read.snapshot, legacy=legacy[g], rejected=(*read.snapshot.rejected, *rejected[g])
         )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from zkcoord import legacy_paths, paths
-from zkcoord.errors import CodecError, ZkError
+from zkcoord.errors import CodecError, ZkCoordError, ZkError
 from zkcoord.groups import GroupStatus, describe_group
 from zkcoord.journal import Journal
 from zkcoord.procs import ChildProcess, wait_until
@@ -201,7 +201,7 @@ class RunCluster:
             return self.migration_settled(group, live)
         try:
             description = describe_group(self.admin, group, self.data_dir)
-        except Exception:  # noqa: BLE001 (not there yet, or mid-change: not stable)
+        except ZkCoordError:  # not there yet, or mid-change: not stable
             return False
         if description.state is not GroupStatus.STABLE or description.membership_changed:
             return False
@@ -236,7 +236,7 @@ class RunCluster:
     def lag(self, group: str) -> int | None:
         try:
             description = describe_group(self.admin, group, self.data_dir)
-        except Exception:  # noqa: BLE001
+        except ZkCoordError:  # not there yet: no lag to tell
             return None
         if description.problems and any("offset" in p for p in description.problems):
             return None
