@@ -96,6 +96,8 @@ class Consumer:
         self.registrations = 0
         #: the session of our latest registration: only round trips in it renew the lease
         self.registered_session = 0
+        #: czxid of our current registration (None while not registered): see ``Command.incarnation``
+        self.incarnation: int | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -134,7 +136,9 @@ class Consumer:
         A migrating consumer registers in Kafka 0.8's registry first, so that the zk-client members leave our share
         alone before the coordinator gives it to us.
         """
-        reg = self.config.subscription.registration(self.wall_ms(), migrating=self.config.migrating)
+        reg = self.config.subscription.registration(
+            self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
+        )
         if self.bridge is not None:
             self.bridge.register(reg, self.config.session_timeout_s * 2, self._closing)
         path = paths.member(self.config.group, self.consumer_id)
@@ -144,6 +148,11 @@ class Consumer:
             stat = self.zk.exists(path)
             if stat is None or stat.ephemeralOwner != self.zk.session_id:
                 raise
+        else:
+            stat = self.zk.exists(path)
+        # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
+        # (None if the session ended in between: the loss is handled, and registration done again, next.)
+        self.incarnation = stat.czxid if stat is not None else None
         self.registrations += 1
         self.registered_session = self.zk.session_id
         self.journal.emit(

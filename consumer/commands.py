@@ -9,9 +9,11 @@ Commands (``docs/protocol.md``) are applied in sequence-number order and deleted
 * refused, but still acknowledged, when malformed, addressed to another group, or older than the newest
   ``(epoch, generation)`` seen (S5, S7) -- the reason is journalled (``command.rejected``);
 * ``stop-fetcher``: stop every fetcher (synchronously), commit the consumed positions (S3), call
-  ``on_partitions_revoked``, then acknowledge;
+  ``on_partitions_revoked``, then acknowledge; with a ``revoke`` list (an incremental rebalance) only those
+  partitions, the others go on being fetched;
 * ``start-fetcher``: read each partition's owner version and committed offset, seek, start fetching, call
-  ``on_partitions_assigned``, then acknowledge.
+  ``on_partitions_assigned``, then acknowledge; an ``incremental`` one lists the whole new assignment, of which
+  only the partitions not fetched already are started (and any fetched but not listed are stopped first).
 
 Session changes: SUSPENDED pauses fetching (the lease is void until the next acknowledged round trip); a new
 session after an expiry (LOST) drops the assignment without committing (the partitions may be someone else's by
@@ -151,6 +153,7 @@ class CommandHandler:
         elif state is ConnState.LOST:
             c.lease.invalidate()
             self._lost = True
+            c.incarnation = None  # commands for the registration that just ended are refused from now on
             # Our member znode is gone and the coordinator may already have given our partitions to others:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
@@ -226,6 +229,10 @@ class CommandHandler:
             return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
         if command.generation < self.generation:
             return f"stale: generation {command.generation} < {self.generation}"
+        if command.incarnation is not None and command.incarnation != self.c.incarnation:
+            # Planned for a registration of ours that a session loss ended (or before we registered again).
+            ours = "none yet" if self.c.incarnation is None else self.c.incarnation
+            return f"addressed to registration {command.incarnation}, ours is {ours}"
         return None
 
     def _adopt(self, command: Command) -> None:
@@ -235,6 +242,12 @@ class CommandHandler:
     def _stop(self, name: str, command: Command) -> None:
         c = self.c
         self._adopt(command)
+        if command.revoke is not None and c.bridge is None:
+            # Incremental: only the named partitions.  (A migrating consumer's 0.8 claims are released all at
+            # once, so it stops everything; the coordinator never sends it a partial stop.)
+            wanted = {TopicPartition(t, p) for t, parts in command.revoke.items() for p in parts}
+            self._journal_applied(name, command, len(self._revoke(wanted, "stop-fetcher")))
+            return
         self._stop_received_at = c.clock()
         revoked = list(c.fetcher.assignment())
         positions = c.fetcher.revoke("stop-fetcher")
@@ -245,12 +258,24 @@ class CommandHandler:
             self._callback(self.on_revoked, revoked)
         self._journal_applied(name, command, len(revoked))
 
+    def _revoke(self, tps: set[TopicPartition], reason: str) -> list[TopicPartition]:
+        """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them."""
+        c = self.c
+        revoked = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
+        if not revoked:
+            return []
+        positions = c.fetcher.revoke_some(revoked, reason)
+        if not self._lost:
+            self._commit_quietly(positions)
+        with self._commit_lock:
+            c.offsets.release(revoked)
+        if self.on_revoked is not None:
+            self._callback(self.on_revoked, revoked)
+        return revoked
+
     def _start(self, name: str, command: Command) -> None:
         c = self.c
         self._adopt(command)
-        if c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
-            self._commit_quietly(c.fetcher.revoke("start-fetcher"))
-            self._release()
         ownership = {
             TopicPartition(topic, p): thread
             for topic, parts in command.ownership.items()
@@ -260,14 +285,27 @@ class CommandHandler:
         if foreign:
             self._reject(name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
             return
-        claims, problems = c.offsets.claim(ownership)
+        incremental = command.incremental and c.bridge is None
+        if incremental:
+            # Keep what we fetch on the same thread; whatever else we fetch is no longer ours (not expected: the
+            # coordinator revokes first), so it is handed over before anything starts.
+            held = c.fetcher.assignment()
+            self._revoke({tp for tp, thread in held.items() if ownership.get(tp) != thread}, "start-fetcher")
+            ownership = {tp: thread for tp, thread in ownership.items() if held.get(tp) != thread}
+        elif c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
+            self._commit_quietly(c.fetcher.revoke("start-fetcher"))
+            self._release()
+        claims, problems = c.offsets.claim(ownership, add=incremental)
         for problem in problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
         fetching = {tp: claim.thread for tp, claim in claims.items()}
         if c.bridge is not None:
             fetching = c.bridge.claim(fetching)  # the rest waits for their zk-client owners (consumer.migration)
             self._journal_waiting()
-        c.fetcher.assign(self._positions(fetching))
+        if incremental:
+            c.fetcher.extend(self._positions(fetching))
+        else:
+            c.fetcher.assign(self._positions(fetching))
         if self.on_assigned is not None:
             self._callback(self.on_assigned, sorted(claims))
         self._journal_applied(name, command, len(claims))

@@ -17,6 +17,7 @@ from zkcoord.names import validate_group, validate_topic
 from zkcoord.znodes import MAX_THREADS, MemberRegistration, Pattern
 
 StartFrom = Literal["earliest", "latest"]
+Rebalance = Literal["eager", "incremental"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,12 @@ class Subscription:
             except re.error as e:
                 raise ConfigurationError(f"invalid regex {regex!r}: {e}") from e
 
-    def registration(self, timestamp_ms: int, *, migrating: bool = False) -> MemberRegistration:
-        return MemberRegistration(self.pattern, dict(self.topics), timestamp_ms, migrating=migrating)
+    def registration(
+        self, timestamp_ms: int, *, migrating: bool = False, incremental: bool = False
+    ) -> MemberRegistration:
+        return MemberRegistration(
+            self.pattern, dict(self.topics), timestamp_ms, migrating=migrating, incremental=incremental
+        )
 
 
 def new_consumer_id(group: str, host: str | None = None, now_ms: int | None = None) -> str:
@@ -80,6 +85,9 @@ class ConsumerConfig:
     :param migrating: join a group that still has ``zk-client`` members (live migration, ``docs/migration.md``):
         register in Kafka 0.8's registry too, fetch a partition only while holding its 0.8 owner znode, and commit
         offsets to both protocols' paths.
+    :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
+        (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
+        moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
     """
 
     group: str
@@ -95,6 +103,7 @@ class ConsumerConfig:
     lease_fraction: float = 0.5
     unsafe_no_fencing: bool = False
     migrating: bool = False
+    rebalance: Rebalance = "eager"
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -112,6 +121,8 @@ class ConsumerConfig:
             )
         if self.start_from not in ("earliest", "latest"):
             raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
+        if self.rebalance not in ("eager", "incremental"):
+            raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):

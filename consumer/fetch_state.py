@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -229,6 +229,34 @@ class FetchCore:
         self.epoch += 1
         return states, fetchers
 
+    def remove(self, tps: Iterable[TopicPartition]) -> tuple[list[PartitionFetch], list[Fetcher]]:
+        """Forget some partitions of the assignment (an incremental revoke).  Lock held.
+
+        Drops what they buffered and takes them out of the poll and fetch orders; a read of one of them still in
+        flight is discarded when it ends (:meth:`publish`: the state is no longer assigned), which the caller
+        waits for on :attr:`reads_done`.  The other partitions' buffers and reads are untouched (the epoch stays).
+        Fetchers left with no partition are told to stop and returned, for the caller to join.
+        """
+        removed = [self.states.pop(tp) for tp in sorted(set(tps)) if tp in self.states]
+        if not removed:
+            return [], []
+        gone = {state.tp for state in removed}
+        for state in removed:
+            self.drop(state)
+        upcoming = self.order[self.poll_next :] + self.order[: self.poll_next]
+        self.order = [tp for tp in self.order if tp not in gone]
+        following = next((tp for tp in upcoming if tp not in gone), None)
+        self.poll_next = self.order.index(following) if following is not None else 0
+        self.rotation = deque(tp for tp in self.rotation if tp not in gone)
+        used = {state.thread_id for state in self.states.values()}
+        idle = [fetcher for tid, fetcher in self.fetchers.items() if tid not in used]
+        for fetcher in idle:
+            fetcher.stopping = True
+            fetcher.cond.notify()
+            del self.fetchers[fetcher.thread_id]
+        self.wake_fetchers()
+        return removed, idle
+
     def drop(self, state: PartitionFetch) -> None:
         """Forget what ``state`` buffered and fetch it again from its consumed position.  Lock held."""
         dropped = state.buffer.clear()
@@ -351,8 +379,8 @@ class FetchCore:
             state.in_flight = grant.fetcher.busy = False
             self.reads_done.notify_all()
             self.wake_fetchers()
-            if grant.epoch != self.epoch:
-                return False
+            if grant.epoch != self.epoch or self.states.get(state.tp) is not state:
+                return False  # revoked (all, or this partition) or paused meanwhile
             if error is not None:
                 state.failed = error
             elif records:

@@ -36,7 +36,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -247,6 +247,31 @@ class FetchManager:
         """
         with self._controlling():
             return self._revoke(reason)
+
+    def revoke_some(self, tps: Iterable[TopicPartition], reason: str) -> dict[TopicPartition, int]:
+        """Stop fetching some partitions, synchronously, as :meth:`revoke` does for all of them (an incremental
+        rebalance takes away only what moves); the other partitions go on being fetched and polled undisturbed.
+
+        When this returns no read of these partitions is in progress or will be done again, what they buffered is
+        dropped, and ``on_stopped`` has been called for each (unless paused).  Partitions not assigned are ignored.
+
+        :returns: the positions to commit of the partitions that were assigned.
+        :raises RuntimeError: the call comes from a callback.
+        """
+        core = self._core
+        with self._controlling():
+            with core.lock:
+                removed, idle = core.remove(tps)
+                stopped = not core.paused
+                while any(state.in_flight for state in removed):
+                    core.reads_done.wait()
+            for fetcher in idle:
+                if fetcher.thread is not None:
+                    fetcher.thread.join()
+            if stopped:
+                for state in removed:
+                    self._call_stopped(state, reason)
+            return {state.tp: state.consumed for state in removed}
 
     def pause(self, reason: str) -> None:
         """Stop reading and handing out records without giving up the assignment (the lease is in doubt, S6).

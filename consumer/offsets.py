@@ -13,7 +13,7 @@ thread; a lock serialises them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from consumer.records import TopicPartition
@@ -52,11 +52,14 @@ class OffsetStore:
         self._claims: dict[TopicPartition, Claim] = {}
         self._committed: dict[TopicPartition, int] = {}
 
-    def claim(self, ownership: Mapping[TopicPartition, str]) -> tuple[dict[TopicPartition, Claim], list[str]]:
+    def claim(
+        self, ownership: Mapping[TopicPartition, str], *, add: bool = False
+    ) -> tuple[dict[TopicPartition, Claim], list[str]]:
         """Read owner versions and committed offsets of the partitions a start-fetcher gives us.
 
         Returns the claims and, for partitions whose registry does not name the expected thread, a reason each
-        (those partitions are not fetched).  :raises ZkError: on I/O failure.
+        (those partitions are not fetched).  The claims replace those held, or with ``add`` join them (an
+        incremental start-fetcher: the partitions kept are not read again).  :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
         for topic in sorted({tp.topic for tp in tps}):
@@ -87,14 +90,21 @@ class OffsetStore:
                     problems.append(f"{e}; starting from the start policy")
             claims[tp] = Claim(ownership[tp], owner[1].version, committed, offset is not None)
         with self._lock:
-            self._claims = dict(claims)
-            self._committed = {tp: c.committed for tp, c in claims.items() if c.committed is not None}
+            if not add:
+                self._claims, self._committed = {}, {}
+            self._claims.update(claims)
+            self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
         return claims, problems
 
-    def release(self) -> None:
+    def release(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        """Forget the claims on ``tps`` (None: all of them); their offsets can no longer be committed by us."""
         with self._lock:
-            self._claims = {}
-            self._committed = {}
+            if tps is None:
+                self._claims, self._committed = {}, {}
+                return
+            for tp in tps:
+                self._claims.pop(tp, None)
+                self._committed.pop(tp, None)
 
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:

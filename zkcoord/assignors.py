@@ -1,4 +1,8 @@
-"""Kafka 0.8.2's partition assignors, as pure deterministic functions (no I/O, no ZooKeeper, no state).
+"""Partition assignors as pure deterministic functions (no I/O, no ZooKeeper, no state).
+
+``range`` and ``roundrobin`` are Kafka 0.8.2's.  ``sticky`` is this project's own, for incremental rebalances: a
+per-topic balanced assignment that moves as few partitions as possible from the current owners, in the spirit of
+KIP-848's server-side uniform assignor and Kafka's ``StickyAssignor`` (neither exists in Kafka 0.8).
 
 Vocabulary.  A *member* is named by its consumer id (``<group>_<host>-<ms>-<8 hex>``).  Its *subscription* is already
 resolved to ``{topic: thread_count}`` (the caller expands wildcards).  Its *thread ids* are ``f"{consumer_id}-{n}"``
@@ -6,7 +10,7 @@ for ``n in range(thread_count)`` -- Kafka's ``ConsumerThreadId.toString`` -- and
 Kafka's ``ConsumerThreadId.compare`` does, so ``c-10`` sorts before ``c-2``.  An *assignment* maps
 ``topic -> partition -> thread id``; only topics with at least one assigned partition appear, in sorted order.
 
-Both assignors take ``subscriptions`` (``consumer id -> {topic: thread_count}``) and ``partitions``
+Every assignor takes ``subscriptions`` (``consumer id -> {topic: thread_count}``) and ``partitions``
 (``topic -> partition count``; a subscribed topic missing here has 0 partitions, as a missing
 ``/brokers/topics/<t>`` has for Kafka).  Kafka runs the assignor in every consumer and each keeps its own threads'
 share; the coordinator runs it once and hands each member :func:`threads_of` the result.
@@ -180,12 +184,74 @@ def _collect(owners: Iterable[tuple[tuple[str, int], str]]) -> Assignment:
     return assignment
 
 
-#: The assignors by their ``partition.assignment.strategy`` name.
-ASSIGNORS: dict[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign}
+def sticky_assign(
+    subscriptions: Mapping[str, Mapping[str, int]],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, Mapping[int, str]] | None = None,
+) -> Assignment:
+    """Per topic, a balanced assignment that leaves as many partitions as possible with their ``previous`` owner.
+
+    For an incremental rebalance: ``previous`` is the current ``topic -> partition -> thread`` ownership, and only
+    the partitions whose thread changes are revoked and reassigned.  Each topic is assigned on its own, as by range,
+    over its sorted threads ``T`` and ``n`` partitions:
+
+    * quotas: every thread gets ``n // len(T)``, and ``n % len(T)`` of them one more -- those that hold the most now
+      (ties in thread order), since a quota below what a thread holds makes it give partitions up;
+    * a thread keeps its lowest-numbered held partitions, up to its quota;
+    * the rest (surpluses, and every partition no thread of ``T`` holds) is dealt in ascending order to the threads
+      below quota, in thread order, each filled before the next.
+
+    An entry of ``previous`` naming a thread outside ``T`` or a partition outside ``range(n)`` is ignored (a member
+    that left, a topic that shrank, a stale registry).  The result is balanced per topic (counts differ by at most
+    one); it keeps ``sum(min(held, quota))`` partitions in place, the most any balanced assignment can; passed back
+    as ``previous`` it comes back unchanged.  With no ``previous`` nobody holds anything and the result is
+    :func:`range_assign`'s.  A member joining takes only surpluses (range would move 3 partitions here, not 2):
+
+    >>> sticky_assign({"a": {"t": 1}, "b": {"t": 1}, "c": {"t": 1}}, {"t": 6}, {"t": {0: "a-0", 1: "a-0", 2: "a-0",
+    ...     3: "b-0", 4: "b-0", 5: "b-0"}})
+    {'t': {0: 'a-0', 1: 'a-0', 2: 'c-0', 3: 'b-0', 4: 'b-0', 5: 'c-0'}}
+
+    A member leaving moves only its own partitions (entries of threads that are gone are ignored):
+
+    >>> sticky_assign({"b": {"t": 1}, "c": {"t": 1}}, {"t": 4}, {"t": {0: "a-0", 1: "a-0", 2: "b-0", 3: "c-0"}})
+    {'t': {0: 'b-0', 1: 'c-0', 2: 'b-0', 3: 'c-0'}}
+
+    :raises ConfigurationError: a negative thread or partition count.
+    """
+    _check_inputs(subscriptions, partitions)
+    owners: list[tuple[tuple[str, int], str]] = []
+    for topic, threads in consumers_per_topic(subscriptions).items():
+        count = partitions.get(topic, 0)
+        if not threads or count == 0:
+            continue
+        held: dict[str, list[int]] = {thread: [] for thread in threads}
+        for partition, thread in (previous or {}).get(topic, {}).items():
+            if 0 <= partition < count and thread in held:
+                held[thread].append(partition)
+        base, extra = divmod(count, len(threads))
+        # sorted() is stable and threads are in thread order, so equal holders rank in thread order.
+        ranked = sorted(threads, key=lambda thread: -len(held[thread]))
+        quota = {thread: base + (1 if rank < extra else 0) for rank, thread in enumerate(ranked)}
+        kept = {thread: sorted(held[thread])[: quota[thread]] for thread in threads}
+        taken = {partition for partitions_kept in kept.values() for partition in partitions_kept}
+        pool = iter([partition for partition in range(count) if partition not in taken])
+        for thread in threads:
+            # The pool holds exactly the sum of the shortfalls: quotas add up to count, and kept never exceeds quota.
+            fill = [next(pool) for _ in range(quota[thread] - len(kept[thread]))]
+            owners.extend(((topic, partition), thread) for partition in kept[thread] + fill)
+    return _collect(owners)
+
+
+#: The assignors by name (``partition.assignment.strategy`` for Kafka's two).  Called with two arguments, sticky has
+#: no previous owners and assigns as range does; the incremental rebalance passes them.
+ASSIGNORS: dict[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign, "sticky": sticky_assign}
 
 
 def get_assignor(name: str) -> Assignor:
-    """The assignor called ``name`` (``"range"`` or ``"roundrobin"``).
+    """The assignor called ``name``: ``"range"``, ``"roundrobin"`` or ``"sticky"``.
+
+    Called through this two-argument :data:`Assignor` signature, sticky has no previous owners (and so assigns as
+    range does); an incremental rebalance calls :func:`sticky_assign` itself, with them.
 
     Unlike Kafka 0.8.2's ``PartitionAssignor.createInstance``, which silently falls back to range for any other
     string, an unknown name is an error.

@@ -227,14 +227,16 @@ class MemberRegistration:
     Regexes are checked for syntax here; matching them against topics is the coordinator's business.
 
     ``migrating`` marks a coordinator-protocol member of a group that still has ``zk-client`` members (live
-    migration, ``docs/migration.md``); it is written only when true, so other registrations stay byte-for-byte
-    Kafka 0.8's, and 0.8's readers ignore the extra key.
+    migration, ``docs/migration.md``); ``incremental`` says the member can be rebalanced incrementally (partial
+    stop-fetcher, additive start-fetcher: ``docs/protocol.md``).  Each is written only when true, so other
+    registrations stay byte-for-byte Kafka 0.8's, and 0.8's readers ignore the extra keys.
     """
 
     pattern: Pattern
     subscription: Mapping[str, int]
     timestamp_ms: int
     migrating: bool = False
+    incremental: bool = False
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -245,6 +247,8 @@ class MemberRegistration:
         }
         if self.migrating:
             obj["migrating"] = True
+        if self.incremental:
+            obj["incremental"] = True
         return _dump(obj)
 
     @classmethod
@@ -279,8 +283,15 @@ class MemberRegistration:
         migrating = obj.get("migrating", False)
         if not isinstance(migrating, bool):
             raise CodecError(what, "field 'migrating' must be a boolean", path)
+        incremental = obj.get("incremental", False)
+        if not isinstance(incremental, bool):
+            raise CodecError(what, "field 'incremental' must be a boolean", path)
         return cls(
-            pattern=pattern, subscription=dict(sub), timestamp_ms=_timestamp(obj, what, path), migrating=migrating
+            pattern=pattern,
+            subscription=dict(sub),
+            timestamp_ms=_timestamp(obj, what, path),
+            migrating=migrating,
+            incremental=incremental,
         )
 
 
@@ -329,6 +340,15 @@ class Command:
     ``epoch`` is the coordinator epoch and ``generation`` the group generation it was issued under; consumers refuse
     a command older than the newest they have seen (S5).  ``ownership`` is present on ``start-fetcher`` only and is
     restricted to the receiving consumer's threads.  ``issued_ms`` is informational (latency accounting).
+
+    Incremental rebalances (``docs/protocol.md``): ``revoke`` on a ``stop-fetcher`` names the only partitions to
+    stop (``None``: all of them, the eager protocol); ``incremental`` on a ``start-fetcher`` says ``ownership`` is the
+    consumer's whole new assignment, of which the partitions it already fetches on the same thread keep running
+    (without it, every fetcher starts afresh).
+
+    ``incarnation`` is the ``czxid`` of the registration the command is meant for: a consumer that registered again
+    since (a new session, under the same id) refuses it, so nothing planned for its previous session is applied in
+    its new one.
     """
 
     option: CommandOption
@@ -337,6 +357,9 @@ class Command:
     group: str
     ownership: Ownership = field(default_factory=dict)
     issued_ms: int = 0
+    revoke: Mapping[str, tuple[int, ...]] | None = None
+    incremental: bool = False
+    incarnation: int | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -349,6 +372,12 @@ class Command:
         }
         if self.option is CommandOption.START_FETCHER:
             obj["ownership"] = _encode_ownership(self.ownership)
+            if self.incremental:
+                obj["incremental"] = True
+        elif self.revoke is not None:
+            obj["revoke"] = {t: sorted(ps) for t, ps in sorted(self.revoke.items())}
+        if self.incarnation is not None:
+            obj["incarnation"] = self.incarnation
         return _dump(obj)
 
     @classmethod
@@ -369,10 +398,21 @@ class Command:
         if not isinstance(issued, str) or not _INT_TEXT.fullmatch(issued):
             raise CodecError(what, "field 'issued' must be a decimal string", path)
         ownership: dict[str, dict[int, str]] = {}
+        revoke: dict[str, tuple[int, ...]] | None = None
+        incremental = obj.get("incremental", False)
+        if not isinstance(incremental, bool):
+            raise CodecError(what, "field 'incremental' must be a boolean", path)
         if option is CommandOption.START_FETCHER:
             ownership = _decode_ownership(obj.get("ownership"), what, path)
-        elif "ownership" in obj:
-            raise CodecError(what, "a stop-fetcher command carries no ownership", path)
+            if "revoke" in obj:
+                raise CodecError(what, "a start-fetcher command carries no revoke list", path)
+        else:
+            if "ownership" in obj:
+                raise CodecError(what, "a stop-fetcher command carries no ownership", path)
+            if incremental:
+                raise CodecError(what, "'incremental' belongs to start-fetcher only", path)
+            if "revoke" in obj:
+                revoke = _decode_revoke(obj["revoke"], what, path)
         return cls(
             option=option,
             epoch=_nonneg_int(obj, "epoch", what, path),
@@ -380,7 +420,27 @@ class Command:
             group=group_name,
             ownership=ownership,
             issued_ms=int(issued),
+            revoke=revoke,
+            incremental=incremental,
+            incarnation=_nonneg_int(obj, "incarnation", what, path) if "incarnation" in obj else None,
         )
+
+
+def _decode_revoke(raw: Any, what: str, path: str | None) -> dict[str, tuple[int, ...]]:
+    if not isinstance(raw, dict):
+        raise CodecError(what, "revoke must be an object topic -> [partitions]", path)
+    out: dict[str, tuple[int, ...]] = {}
+    for topic_name, parts in raw.items():
+        try:
+            validate_topic(topic_name)
+        except InvalidNameError as e:
+            raise CodecError(what, str(e), path) from e
+        if not isinstance(parts, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_PARTITIONS for p in parts
+        ):
+            raise CodecError(what, f"revoke of topic {topic_name!r} must be a list of partition numbers", path)
+        out[topic_name] = tuple(sorted(set(parts)))
+    return out
 
 
 # --- persisted group state ----------------------------------------------------------------------------------------

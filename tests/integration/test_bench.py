@@ -54,6 +54,10 @@ CHANGE_KEYS = {
     "trigger_ts",
     "done_ts",
     "breakdown_ms",
+    "mode",
+    "commanded",
+    "moved_partitions",
+    "stopped_partitions",
 }
 SUMMARY_KEYS = {
     "protocol",
@@ -86,8 +90,17 @@ SUMMARY_KEYS = {
     "x_floor_write",
     "legacy_backoff_s",
     "breakdown_ms_p50",
+    "commanded_p50",
+    "moved_partitions_p50",
+    "stopped_partitions_p50",
 }
 STATS_KEYS = {"n", "p50", "p95", "max", "mean"}
+PROTOCOLS = ["coordinator", "incremental", "zk-client"]
+COMPARISON_KEYS = {
+    f"{kind}_{ratio}"
+    for kind in ("join", "leave")
+    for ratio in ("legacy_over_coordinator", "legacy_over_incremental", "coordinator_over_incremental")
+}
 
 
 def _bench_env(tmp_path: Path) -> dict[str, str]:
@@ -95,7 +108,10 @@ def _bench_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.timeout(120)
-def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_path: Path) -> None:
+def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_path: Path) -> None:
+    """The default protocols: coordinator, incremental, zk-client.  The incremental assertions (the mode of its
+    rebalances, fewer partitions stopped than the eager coordinator's) need the coordinator's incremental
+    rebalances."""
     out = tmp_path / "rebalance.json"
     result = CliRunner().invoke(
         bench,
@@ -126,11 +142,11 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
     doc: dict[str, Any] = json.loads(out.read_text())
 
     assert doc["schema"] == 1 and doc["benchmark"] == "rebalance"
-    assert doc["config"]["protocols"] == ["coordinator", "zk-client"]
+    assert doc["config"]["protocols"] == PROTOCOLS
     assert doc["config"]["legacy_backoff_s"] == 0.2
     floor = doc["floor"]["quiet"]
     assert floor["samples"] > 0 and floor["write_ms"]["p50"] > 0 and floor["watch_ms"]["p50"] > 0
-    assert [p["protocol"] for p in doc["protocols"]] == ["coordinator", "zk-client"]
+    assert [p["protocol"] for p in doc["protocols"]] == PROTOCOLS
     for run in doc["protocols"]:
         assert run["formed"], run
         assert run["error"] is None
@@ -138,7 +154,7 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
         assert run["formation"]["attempts"] >= 1
 
     assert {(r["protocol"], r["kind"]) for r in doc["summary"]} == {
-        (p, k) for p in ("coordinator", "zk-client") for k in ("join", "leave")
+        (p, k) for p in PROTOCOLS for k in ("join", "leave")
     }
     for row in doc["summary"]:
         assert set(row) == SUMMARY_KEYS, set(row) ^ SUMMARY_KEYS
@@ -152,10 +168,12 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
         assert row["failures"] == 0 and row["rejected"] == 0
         # No "zookeeper": the run used an existing one (--zk), whose CPU time counts under "others".
         assert set(row["cpu_ms_p50"]) == {"broker", "workers", "driver", "others", "kernel"}
+    assert set(doc["comparison"]) == COMPARISON_KEYS
     assert doc["comparison"]["join_legacy_over_coordinator"] > 0
+    assert doc["comparison"]["join_legacy_over_incremental"] > 0
 
     changes = doc["changes"]
-    assert len(changes) == 4
+    assert len(changes) == 6
     for change in changes:
         assert set(change) == CHANGE_KEYS, set(change) ^ CHANGE_KEYS
         assert change["completed"] is True
@@ -167,6 +185,18 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
     coordinator_join = next(c for c in changes if c["protocol"] == "coordinator" and c["kind"] == "join")
     steps = coordinator_join["breakdown_ms"]
     assert steps["requested"] <= steps["started"] <= steps["barrier"] <= steps["start_applied_last"]
+    incremental_join = next(c for c in changes if c["protocol"] == "incremental" and c["kind"] == "join")
+    assert set(incremental_join["breakdown_ms"]) == set(steps)
+    assert coordinator_join["commanded"] == coordinator_join["members_after"]  # eager: every member
+    for change in changes:
+        coordinated = change["protocol"] != "zk-client"
+        assert (change["commanded"] is not None) == coordinated, change
+        assert (change["stopped_partitions"] is not None) == coordinated, change
+        if change["protocol"] == "incremental":
+            # Formed by an eager first rebalance; each change after it moves only what changes owner.
+            assert change["mode"] == "incremental", change
+            assert change["stopped_partitions"] < change["partitions"], change
+            assert 0 < change["moved_partitions"] < change["partitions"], change
     # The journals of the run are kept with --run-dir: every worker, the broker.
     roles = {p.name.split(".")[0] for p in (tmp_path / "run" / "journal").glob("*.jsonl")}
     assert {"broker-1", "consumer-bench0"} <= roles
@@ -175,6 +205,7 @@ def test_small_run_of_both_protocols_settles_every_change(zk_hosts: str, tmp_pat
     plotted = CliRunner().invoke(analyze, ["--bench", str(out), "--out", str(tmp_path / "plots")])
     assert plotted.exit_code == 0, plotted.output
     assert "coordinator join" in plotted.output and "zk-client   leave" in plotted.output
+    assert "incremental join" in plotted.output
     page = (tmp_path / "plots" / "bench.html").read_text()
     for name in ("latency", "stw", "requests", "steps"):
         assert f"bench-{name}.png" in page

@@ -10,12 +10,13 @@ import pytest
 
 from consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
 from tests.integration.test_coordinator import Cluster
+from tests.zkutil import expire_session
 from zkcoord import paths
 from zkcoord.journal import Journal, read_journal
 from zkcoord.partlog import PartitionWriter
 from zkcoord.procs import wait_until
 from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import Command, CommandOption
+from zkcoord.znodes import Command, CommandOption, GroupPhase
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +109,43 @@ def test_stale_malformed_and_foreign_commands_are_refused_and_acknowledged(clust
         assert any(r.startswith("malformed") for r in reasons)
         assert any("not a command" in r for r in reasons)
         assert len(consumer.assignment()) == 2, "a refused stop-fetcher must not stop anything"
+
+
+def test_a_command_for_an_earlier_registration_is_refused_after_a_session_loss(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    zk = cluster.admin_zk
+    with ExitStack() as stack:
+        consumer = make(cluster, tmp_path / "data", stack)
+        cluster.wait_stable("g", 1)
+        wait_until(lambda: len(consumer.assignment()) == 2, 10, "assigned")
+        member = paths.member("g", consumer.consumer_id)
+        old = consumer.incarnation
+        stat = zk.exists(member)
+        assert stat is not None and old == stat.czxid
+        expire_session(consumer.zk.kazoo)  # a real expiry: it registers again under the same id
+        wait_until(lambda: consumer.incarnation not in (None, old), 20, "a new registration")
+
+        def rebalanced() -> bool:
+            state = cluster.state("g")
+            return state.phase is GroupPhase.STABLE and state.members.get(consumer.consumer_id) == consumer.incarnation
+
+        wait_until(rebalanced, 20, "the group rebalanced onto the new registration")
+        wait_until(lambda: len(consumer.assignment()) == 2, 20, "assigned again")
+        state = cluster.state("g")
+        channel = paths.channel("g", consumer.consumer_id)
+        # Planned for the old session (say, written just before it expired): newer than anything seen, but refused.
+        for_old = Command(CommandOption.STOP_FETCHER, state.epoch, state.generation + 5, "g", incarnation=old)
+        zk.create(f"{channel}/{paths.COMMAND_PREFIX}x-", for_old.encode(), sequence=True)
+        wait_until(lambda: zk.get_children(channel) == [], 10, "the command acknowledged")
+        reasons = [e.fields["reason"] for e in read_journal(cluster.journal_dir) if e.event == "command.rejected"]
+        assert any(r.startswith(f"addressed to registration {old}") for r in reasons)
+        assert len(consumer.assignment()) == 2, "a refused stop-fetcher must not stop anything"
+        # The same command for the current registration is applied.
+        for_new = Command(
+            CommandOption.STOP_FETCHER, state.epoch, state.generation + 5, "g", incarnation=consumer.incarnation
+        )
+        zk.create(f"{channel}/{paths.COMMAND_PREFIX}x-", for_new.encode(), sequence=True)
+        wait_until(lambda: consumer.assignment() == {}, 10, "stopped")

@@ -155,10 +155,10 @@ def test_negative_counts_are_rejected(assign: Assignor) -> None:
 def test_registry() -> None:
     assert get_assignor("range") is range_assign
     assert get_assignor("roundrobin") is roundrobin_assign
-    assert set(ASSIGNORS) == {"range", "roundrobin"}
+    assert set(ASSIGNORS) == {"range", "roundrobin", "sticky"}
     # Kafka 0.8.2 falls back to range for any other name; we refuse it.
-    with pytest.raises(ConfigurationError, match=r"unknown partition assignment strategy 'sticky'.*range"):
-        get_assignor("sticky")
+    with pytest.raises(ConfigurationError, match=r"unknown partition assignment strategy 'cooperative'.*range"):
+        get_assignor("cooperative")
 
 
 def test_thread_ids_round_trip_without_prefix_confusion() -> None:

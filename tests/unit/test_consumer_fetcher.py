@@ -125,6 +125,7 @@ class Readers:
         self.gate.set()
         self.signal = Signal()
         self._inside = 0
+        self.current: Counter[TopicPartition] = Counter()  # partitions being read now
         self._lock = threading.Lock()
 
     def __call__(self, data_dir: PathLike, topic: str, partition: int) -> LogReader:
@@ -134,6 +135,7 @@ class Readers:
         with self._lock:
             self.reads[tp] += 1
             self._inside += 1
+            self.current[tp] += 1
         self.signal.notify()
         try:
             assert self.gate.wait(WAIT)
@@ -141,6 +143,7 @@ class Readers:
         finally:
             with self._lock:
                 self._inside -= 1
+                self.current[tp] -= 1
 
     def total(self) -> int:
         with self._lock:
@@ -387,6 +390,56 @@ def test_revoke_waits_for_a_read_in_progress_and_nothing_is_read_or_returned_aft
     assert stats.records_fetched == stats.records_delivered + stats.records_dropped
     assert manager.revoke("again") == {}  # idempotent
     assert len(events.of("stopped")) == 2
+
+
+def test_revoke_some_stops_only_those_partitions_and_waits_for_their_read_in_progress(
+    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
+) -> None:
+    for tp in (A, B, C):
+        append(tmp_path, tp, 0, 100)
+    readers, events = Readers(), Events()
+    manager = managers(
+        tmp_path, max_poll_records=10, reader_factory=readers, on_started=events.started, on_stopped=events.stopped
+    )
+    # A alone on thread 0; B and C share thread 1.
+    manager.assign({A: (0, f"{cid}-0"), B: (0, f"{cid}-1"), C: (0, f"{cid}-1")})
+    polled = poll_until(manager, 30)
+    readers.gate.clear()
+    while not readers.inside():
+        polled += manager.poll(0.01)
+
+    revoked: dict[TopicPartition, int] = {}
+    done = threading.Event()
+
+    def revoke() -> None:
+        revoked.update(manager.revoke_some([A, B, D], "stop-fetcher"))  # D is not assigned: ignored
+        done.set()
+
+    with readers._lock:
+        held = {tp for tp, n in readers.current.items() if n}
+    revoker = threading.Thread(target=revoke)
+    revoker.start()
+    if held & {A, B}:
+        assert not done.wait(0.2), "revoke_some returned while one of its partitions was being read"
+    readers.gate.set()
+    assert done.wait(WAIT)
+    revoker.join()
+    consumed = by_partition(polled)
+    assert revoked == {tp: len(consumed.get(tp, [])) for tp in (A, B)}
+    assert manager.assignment() == {C: f"{cid}-1"}
+    assert [t.name for t in fetcher_threads(cid)] == [f"fetcher-{cid}-1"]  # thread 0 had nothing left: joined
+    assert {e[1] for e in events.of("stopped")} == {A, B}
+    assert len(events.of("stopped")) == 2
+    # C goes on from where it was; A and B are never handed out again.
+    rest = poll_until(manager, 100 - len(consumed.get(C, [])))
+    assert {r.topic_partition for r in rest} == {C}
+    assert [r.offset for r in rest] == list(range(len(consumed.get(C, [])), 100))
+    stats = manager.stats()
+    assert stats.records_fetched == stats.records_delivered + stats.records_dropped + stats.retained
+    # Extending again with a revoked partition resumes it from the position given.
+    manager.extend({A: (revoked[A], f"{cid}-0")})
+    again = poll_until(manager, 100 - revoked[A])
+    assert [r.offset for r in again] == list(range(revoked[A], 100))
 
 
 def test_one_fetcher_thread_per_consumer_thread_id(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zkcoord.coordinator.plan import GroupSnapshot, Member, plan, resolve
+from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve
 from zkcoord.errors import ConfigurationError
 from zkcoord.faults import parse
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
@@ -124,3 +124,57 @@ def test_a_member_without_migrating_gets_nothing_while_zk_client_members_remain(
     assert planned.target == {}
     assert planned.members == {naive.consumer_id: 8}  # still commanded: stopped, and started with nothing
     assert any("not --migrating" in reason for _, reason in planned.notes)
+
+
+# --- incremental groups: the sticky target and what moves -------------------------------------------------------
+
+
+def inc(subscription: dict[str, int]) -> MemberRegistration:
+    return MemberRegistration(Pattern.STATIC, subscription, 0, incremental=True)
+
+
+def settled(members: dict[str, MemberRegistration], incarnations: dict[str, int] | None = None) -> GroupSnapshot:
+    """A STABLE group whose registry is its own sticky target (incarnations: override some, as re-registered)."""
+    first = plan(snapshot(members, None, {}), TOPICS, "range")
+    state = GroupState(5, GroupPhase.STABLE, 1, first.members, first.target)
+    live = {
+        cid: Member(cid, m.registration, (incarnations or {}).get(cid, m.incarnation))
+        for cid, m in snapshot(members, None, {}).members.items()
+    }
+    return GroupSnapshot("g", live, state, first.target)
+
+
+def test_a_group_is_incremental_only_when_every_member_says_so() -> None:
+    assert plan(snapshot({"a": inc({"clicks": 1}), "b": inc({"clicks": 1})}, None, {}), TOPICS, "range").incremental
+    mixed = plan(snapshot({"a": inc({"clicks": 1}), "b": reg({"clicks": 1})}, None, {}), TOPICS, "range")
+    assert not mixed.incremental and mixed.assignor == "range"
+    migrating = MemberRegistration(Pattern.STATIC, {"clicks": 1}, 0, migrating=True, incremental=True)
+    assert not plan(snapshot({"a": inc({"clicks": 1}), "b": migrating}, None, {}), TOPICS, "range").incremental
+
+
+def test_a_join_revokes_only_from_members_over_their_new_quota() -> None:
+    members = {c: inc({"clicks": 1}) for c in ("a", "b")}
+    before = settled(members)
+    assert not plan(before, TOPICS, "range").necessary  # the sticky target of a settled group is its registry
+    joined = snapshot({**members, "c": inc({"clicks": 1})}, before.state, before.owners)
+    planned = plan(joined, TOPICS, "range")
+    assert planned.assignor == "sticky" and planned.necessary
+    m = moves(joined, planned.target)
+    # 3 partitions over a, b (2 + 1) -> a, b, c (1 each): only a gives one up, only c gains.
+    assert m.moved == 1 and set(m.revoke) == {"a"} and m.gain == {"c"}
+    assert sum(len(ps) for ps in m.revoke["a"].values()) == 1
+    kept = {p for p, t in before.owners["clicks"].items() if planned.target["clicks"][p] == t}
+    assert len(kept) == 2
+
+
+def test_a_member_that_left_or_came_back_owns_nothing_and_is_not_asked_to_stop() -> None:
+    members = {c: inc({"clicks": 1}) for c in ("a", "b", "c")}
+    before = settled(members)
+    left = GroupSnapshot("g", {c: before.members[c] for c in ("a", "b")}, before.state, before.owners)
+    m = moves(left, plan(left, TOPICS, "range").target)
+    assert m.revoke == {} and m.gain and m.moved == 1
+    back = settled(members, incarnations={"c": 999})  # same id, new session
+    planned = plan(back, TOPICS, "range")
+    assert planned.necessary and planned.reason == "membership changed"
+    m = moves(back, planned.target)
+    assert "c" not in m.revoke and "c" in m.gain

@@ -90,9 +90,16 @@ def test_member_registration_reads_kafka_examples() -> None:
 def test_command_round_trip(
     option: CommandOption, epoch: int, generation: int, group: str, ownership: dict[str, dict[int, str]], issued: int
 ) -> None:
-    owned = ownership if option is CommandOption.START_FETCHER else {}
+    start = option is CommandOption.START_FETCHER
+    owned = ownership if start else {}
     cmd = Command(option=option, epoch=epoch, generation=generation, group=group, ownership=owned, issued_ms=issued)
     assert Command.decode(cmd.encode()) == cmd
+    # The incremental forms: a start says its ownership is the whole assignment; a stop names what it revokes.
+    revoke = None if start else {t: tuple(sorted(parts)) for t, parts in ownership.items()}
+    partial = Command(
+        option, epoch, generation, group, owned, issued, revoke=revoke, incremental=start, incarnation=generation
+    )
+    assert Command.decode(partial.encode()) == partial
 
 
 @given(st.integers(0, 2**62))
@@ -106,6 +113,31 @@ def test_owner_round_trip(thread: str) -> None:
 
 
 MALFORMED = [
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","revoke":[1]}',
+        "revoke",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","revoke":{"t":[-1]}}',
+        "partition numbers",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","incremental":true}',
+        "start-fetcher only",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g","ownership":{},"revoke":{}}',
+        "no revoke",
+    ),
+    (
+        MemberRegistration.decode,
+        b'{"version":1,"pattern":"static","subscription":{"a":1},"timestamp":"1","incremental":1}',
+        "boolean",
+    ),
     (BrokerRegistration.decode, b"", "empty data"),
     (BrokerRegistration.decode, b"{not json", "not JSON"),
     (BrokerRegistration.decode, b"[1,2]", "expected a JSON object"),

@@ -7,7 +7,11 @@ no Spark.  Written to ``OUT``: ``bench.html`` with four PNG plots beside it --
   group's p50 and the ZooKeeper floor (the watched write) times 10 for scale;
 * stop-the-world time and the longest gap of one partition, per change;
 * ZooKeeper requests per change (median), reads and writes;
-* the coordinator's steps (p50 ms after the trigger) beside the zk-client protocol's.
+* the coordinator's steps (p50 ms after the trigger, for ``coordinator`` and ``incremental``) beside the zk-client
+  protocol's.
+
+Every protocol the document ran is plotted (``config.protocols``, in its order: one, two or the three of
+``coordinator``, ``incremental``, ``zk-client``), each in its own colour.
 
 :func:`load_bench` raises :class:`~zkcoord.analysis.errors.AnalysisError` with one line for anything that is not
 such a document.  Runs on the caller's thread.
@@ -32,6 +36,8 @@ PLOTS = (
     ("requests", "ZooKeeper requests per change (median): reads and writes"),
     ("steps", "When each step happened (p50 ms after the trigger)"),
 )
+#: a protocol's colour in the latency plot (any other protocol: grey)
+COLOURS = {"coordinator": "tab:blue", "incremental": "tab:green", "zk-client": "tab:orange"}
 
 
 def load_bench(path: Path) -> dict[str, Any]:
@@ -56,8 +62,13 @@ def _series(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(p, k) for p in doc["config"].get("protocols", []) for k in KINDS]
 
 
+def _width(doc: dict[str, Any]) -> float:
+    """A figure's width in inches: 8 for up to two protocols, wider with more series side by side."""
+    return max(8.0, 1.4 * len(_series(doc)))
+
+
 def _plot_latency(doc: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(8, 3.6))
+    fig = Figure(figsize=(_width(doc), 3.6))
     ax = fig.subplots()
     series = _series(doc)
     rows = {(r["protocol"], r["kind"]): r for r in doc["summary"]}
@@ -65,9 +76,7 @@ def _plot_latency(doc: dict[str, Any], path: Path) -> None:
         values = [
             c["latency_ms"] for c in doc["changes"] if (c["protocol"], c["kind"]) == (protocol, kind) and c["completed"]
         ]
-        ax.scatter(
-            [i] * len(values), values, s=14, alpha=0.7, color="tab:blue" if protocol == "coordinator" else "tab:orange"
-        )
+        ax.scatter([i] * len(values), values, s=14, alpha=0.7, color=COLOURS.get(protocol, "tab:grey"))
         stats = rows.get((protocol, kind), {}).get("latency_ms") or {}
         if stats.get("p50") is not None:
             ax.bar(i, stats["p50"], width=0.6, alpha=0.25, color="grey")
@@ -82,7 +91,7 @@ def _plot_latency(doc: dict[str, Any], path: Path) -> None:
 
 
 def _plot_stw(doc: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(8, 3.4))
+    fig = Figure(figsize=(_width(doc), 3.4))
     ax = fig.subplots()
     series = _series(doc)
     for i, key in enumerate(series):
@@ -96,7 +105,7 @@ def _plot_stw(doc: dict[str, Any], path: Path) -> None:
 
 
 def _plot_requests(doc: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(8, 3.4))
+    fig = Figure(figsize=(_width(doc), 3.4))
     ax = fig.subplots()
     rows = [r for key in _series(doc) for r in doc["summary"] if (r["protocol"], r["kind"]) == key]
     reads = [r.get("zk_reads_per_rebalance") or 0 for r in rows]
@@ -112,9 +121,9 @@ def _plot_requests(doc: dict[str, Any], path: Path) -> None:
 
 
 def _plot_steps(doc: dict[str, Any], path: Path) -> None:
-    fig = Figure(figsize=(8, 3.4))
-    ax = fig.subplots()
     rows = [r for key in _series(doc) for r in doc["summary"] if (r["protocol"], r["kind"]) == key]
+    fig = Figure(figsize=(8, max(3.4, 0.7 * len(rows) + 0.6)))  # one row per protocol and kind
+    ax = fig.subplots()
     for y, row in enumerate(rows):
         steps = {k: v for k, v in (row.get("breakdown_ms_p50") or {}).items() if v is not None}
         ax.scatter(list(steps.values()), [y] * len(steps), s=18)

@@ -2,7 +2,18 @@
 
 Pure functions of their arguments (no I/O): :func:`measure` makes one :class:`Change` from a group's events and the
 readings around it, :func:`summarize` the JSON's ``summary`` rows, :func:`comparison` the protocols' ratios.  The
-driver is :mod:`zkcoord.bench.rebalance`; the JSON document is described in ``docs/benchmarks.md``.
+driver is :mod:`zkcoord.bench.rebalance`; the JSON document is described in ``docs/benchmarks.md``, and beside it:
+
+* ``changes[*]``: ``mode`` (``"eager"`` / ``"incremental"``: the ``mode`` of the ``rebalance.started`` of the
+  generation the group settled on; ``null`` for ``zk-client``, or when the coordinator does not journal it),
+  ``commanded`` (members sent a stop- or start-fetcher in that generation; ``null`` for ``zk-client``),
+  ``moved_partitions`` (the ``moved`` of that generation's ``rebalance.completed``: partitions whose owner changed)
+  and ``stopped_partitions`` (the sum of ``partitions`` over that generation's stop-fetcher ``command.applied``:
+  partitions whose fetcher was stopped; every partition in an eager rebalance, the moved ones in an incremental one);
+* ``summary[*]``: ``commanded_p50``, ``moved_partitions_p50``, ``stopped_partitions_p50`` (medians over the
+  completed changes);
+* ``comparison``: ``{join,leave}_legacy_over_coordinator``, ``{join,leave}_legacy_over_incremental`` and
+  ``{join,leave}_coordinator_over_incremental`` (p50 over p50; ``null`` unless both protocols ran and settled).
 """
 
 from __future__ import annotations
@@ -12,11 +23,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zkcoord.bench.cluster import CpuReading
-from zkcoord.bench.timeline import COORDINATOR, LEGACY, Event, GroupTracker, count_events, first_ts, outage
+from zkcoord.bench.timeline import (
+    COORDINATED,
+    COORDINATOR,
+    INCREMENTAL,
+    LEGACY,
+    Event,
+    GroupTracker,
+    count_events,
+    first_ts,
+    outage,
+)
 from zkcoord.bench.zkfloor import Counters, Floor, delta, stats
 
 if TYPE_CHECKING:
-    from zkcoord.bench.rebalance import BenchConfig
+    from zkcoord.bench.config import BenchConfig
 
 # --- results ----------------------------------------------------------------------------------------------------
 
@@ -59,6 +80,12 @@ class Change:
     trigger_ts: int | None
     done_ts: int | None
     breakdown_ms: dict[str, int | None] = field(default_factory=dict)
+    #: coordinator, incremental (None for zk-client): the settled generation's mode ("eager" / "incremental"), the
+    #: members sent a command in it, the partitions whose owner changed, the partitions whose fetcher was stopped
+    mode: str | None = None
+    commanded: int | None = None
+    moved_partitions: int | None = None
+    stopped_partitions: int | None = None
 
 
 @dataclass
@@ -171,8 +198,43 @@ def measure(
         trigger_ts=trigger,
         done_ts=done,
         breakdown_ms=breakdown(tracker, events, since, end),
+        **commands(tracker, events, end),
         **usage,
     )
+
+
+def _count(value: object) -> int:
+    """A ``partitions`` field: a count, or a list (of partitions)."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return value
+    return len(value) if isinstance(value, list | dict) else 0
+
+
+def commands(tracker: GroupTracker, events: Sequence[Event], end: int) -> dict[str, Any]:
+    """What the generation the group settled on commanded (the :class:`Change` fields ``mode``, ``commanded``,
+    ``moved_partitions``, ``stopped_partitions``); all None for ``zk-client`` or a change that did not settle."""
+    final = tracker.settled_generation
+    if tracker.protocol not in COORDINATED or tracker.settled_at is None or final < 0:
+        return {"mode": None, "commanded": None, "moved_partitions": None, "stopped_partitions": None}
+    mode: str | None = None
+    moved: int | None = None
+    commanded: set[str] = set()
+    stopped = 0
+    for e in events:
+        f = e.fields
+        if f.get("generation") != final:
+            continue
+        if e.ev == "rebalance.started":
+            mode = str(f["mode"]) if "mode" in f else None
+        elif e.ev == "rebalance.completed" and "moved" in f:
+            moved = _count(f["moved"])
+        elif e.ev == "command.sent":
+            commanded.add(str(f.get("consumer")))
+        elif e.ev == "command.applied" and f.get("option") == "stop-fetcher" and e.ts <= end:
+            stopped += _count(f.get("partitions"))
+    return {"mode": mode, "commanded": len(commanded), "moved_partitions": moved, "stopped_partitions": stopped}
 
 
 def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: int) -> dict[str, int | None]:
@@ -182,7 +244,7 @@ def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: i
         return None if ts is None else ts - since
 
     window = [e for e in events if e.ts <= end]
-    if tracker.protocol == COORDINATOR:
+    if tracker.protocol in COORDINATED:
         final = tracker.settled_generation
         applied: dict[str, list[int]] = {"stop-fetcher": [], "start-fetcher": []}
         for e in window:
@@ -293,16 +355,34 @@ def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str
                 "x_floor_write": round(p50 / floor.write, 1) if p50 is not None and floor.write > 0 else None,
                 "legacy_backoff_s": cfg.legacy_backoff_s if run.protocol == LEGACY else None,
                 "breakdown_ms_p50": breakdown_p50,
+                "commanded_p50": _median([float(c.commanded) for c in completed if c.commanded is not None]),
+                "moved_partitions_p50": _median(
+                    [float(c.moved_partitions) for c in completed if c.moved_partitions is not None]
+                ),
+                "stopped_partitions_p50": _median(
+                    [float(c.stopped_partitions) for c in completed if c.stopped_partitions is not None]
+                ),
             }
         )
     return rows
 
 
+#: The ratios of :func:`comparison`: (key suffix, numerator protocol, denominator protocol).
+RATIOS = (
+    ("legacy_over_coordinator", LEGACY, COORDINATOR),
+    ("legacy_over_incremental", LEGACY, INCREMENTAL),
+    ("coordinator_over_incremental", COORDINATOR, INCREMENTAL),
+)
+
+
 def comparison(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """``zk-client`` p50 over ``coordinator`` p50, per kind of change (None unless both ran and settled)."""
+    """One protocol's p50 over another's, per kind of change (:data:`RATIOS`; None unless both ran and settled):
+    ``join_legacy_over_coordinator``, ``join_legacy_over_incremental``, ``join_coordinator_over_incremental``, and
+    the same for ``leave``."""
     out: dict[str, float | None] = {}
     for kind in ("join", "leave"):
         p50 = {r["protocol"]: (r["latency_ms"] or {}).get("p50") for r in rows if r["kind"] == kind}
-        co, zk = p50.get(COORDINATOR), p50.get(LEGACY)
-        out[f"{kind}_legacy_over_coordinator"] = round(zk / co, 1) if co and zk else None
+        for suffix, over, under in RATIOS:
+            top, bottom = p50.get(over), p50.get(under)
+            out[f"{kind}_{suffix}"] = round(top / bottom, 1) if top and bottom else None
     return out

@@ -37,12 +37,13 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from zkcoord import __version__, paths
 from zkcoord.bench.cluster import BenchError, CpuMeter, WorkerProcess, child_env, stop_all
+from zkcoord.bench.config import BenchConfig
 from zkcoord.bench.measures import (
     Change,
     ProtocolRun,
@@ -54,15 +55,9 @@ from zkcoord.bench.measures import (
     summarize,
     usage_of,
 )
-from zkcoord.bench.timeline import (
-    COORDINATOR,
-    LEGACY,
-    PROTOCOLS,
-    GroupTracker,
-    JournalTail,
-)
+from zkcoord.bench.timeline import COORDINATED, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
 from zkcoord.bench.zkfloor import Floor, measure_floor, mntr_address, read_counters
-from zkcoord.errors import ConfigurationError, NoNodeError, ZkCoordError
+from zkcoord.errors import NoNodeError, ZkCoordError
 from zkcoord.partlog import PartitionWriter, WriterConfig
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.topics import TopicAdmin
@@ -72,78 +67,17 @@ from zkcoord.znodes import CoordinatorInfo
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = Path("benchmarks/results/rebalance.json")
-#: consumers per worker process when ``workers`` is not given
-CONSUMERS_PER_WORKER = 25
 #: how long a group must stay without new events to count as quiet (before a change, and after one settled)
 QUIET_S = 0.3
 #: the quiet window before each change in which the background request rate is measured
 BACKGROUND_S = 0.5
 #: how often the driver reads the journals
 POLL_S = 0.05
-SHORT = {COORDINATOR: "co", LEGACY: "zk"}
+SHORT = {COORDINATOR: "co", INCREMENTAL: "in", LEGACY: "zk"}
 #: ``zkcoord broker``'s default ``--rebalance-timeout``: the longest a coordinator phase waits in silence
 COORDINATOR_PHASE_TIMEOUT_S = 10.0
 
 Progress = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """What ``zkcoord bench rebalance`` runs.  Validated on construction (:class:`ConfigurationError`)."""
-
-    protocols: tuple[str, ...] = PROTOCOLS
-    consumers: int = 50
-    partitions: int = 500
-    groups: int = 1
-    trials: int = 5
-    session_timeout_s: float = 6.0
-    legacy_backoff_s: float = 2.0
-    legacy_retries: int = 4
-    workers: int | None = None
-    zk: str | None = None
-    run_dir: Path | None = None
-    change_timeout_s: float = 60.0
-    form_timeout_s: float | None = None
-    floor_samples: int = 50
-    max_poll_records: int = 50
-
-    def __post_init__(self) -> None:
-        if not self.protocols:
-            raise ConfigurationError("give at least one --protocol")
-        for protocol in self.protocols:
-            if protocol not in PROTOCOLS:
-                raise ConfigurationError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
-        if len(set(self.protocols)) != len(self.protocols):
-            raise ConfigurationError("each --protocol may be given once")
-        ranges: list[tuple[str, float, float, float]] = [
-            ("--consumers", self.consumers, 1, 5000),
-            ("--partitions", self.partitions, 1, 10_000),
-            ("--groups", self.groups, 1, 100),
-            ("--trials", self.trials, 1, 1000),
-            ("--workers", self.workers if self.workers is not None else 1, 1, 256),
-            ("--legacy-backoff", self.legacy_backoff_s, 0, 600),
-            ("--legacy-retries", self.legacy_retries, 1, 1000),
-            ("--session-timeout", self.session_timeout_s, 0.5, 600),
-            ("--change-timeout", self.change_timeout_s, 1, 3600),
-            ("floor samples", self.floor_samples, 1, 10_000),
-            ("max poll records", self.max_poll_records, 1, 10_000),
-        ]
-        for name, value, low, high in ranges:
-            if not low <= value <= high:
-                raise ConfigurationError(f"{name} must be within {low:g}..{high:g}, got {value:g}")
-
-    @property
-    def worker_count(self) -> int:
-        total = self.consumers * self.groups
-        wanted = self.workers if self.workers is not None else math.ceil(total / CONSUMERS_PER_WORKER)
-        return max(1, min(wanted, total + 1))
-
-    @property
-    def form_deadline_s(self) -> float:
-        if self.form_timeout_s is not None:
-            return self.form_timeout_s
-        legacy_round = self.legacy_retries * self.legacy_backoff_s if LEGACY in self.protocols else 0.0
-        return 60.0 + 0.5 * self.consumers * self.groups + 4 * legacy_round
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
@@ -275,7 +209,7 @@ class RebalanceBench:
         wait_until(registered, 30.0, f"broker {self.broker_id} to register and a coordinator to be elected")
         data, _ = admin.get(paths.COORDINATOR)
         self.coordinator_broker = CoordinatorInfo.decode(data, paths.COORDINATOR).broker_id
-        if self.coordinator_broker != self.broker_id and COORDINATOR in cfg.protocols:
+        if self.coordinator_broker != self.broker_id and any(p in COORDINATED for p in cfg.protocols):
             raise BenchError(
                 f"broker {self.coordinator_broker} coordinates this ZooKeeper, not the run's broker "
                 f"{self.broker_id}, so its rebalances are not in the run's journal; give --zk a chroot of its own"
@@ -521,7 +455,8 @@ class RebalanceBench:
         longest silence of a live rebalance is a zk-client backoff, or a coordinator phase waiting for its timeout."""
         protocols = {t.protocol for t in self.trackers.values()}
         legacy = self.config.legacy_backoff_s + 5.0 if LEGACY in protocols else 0.0
-        return max(legacy, COORDINATOR_PHASE_TIMEOUT_S + 2.0 if COORDINATOR in protocols else 0.0)
+        coordinated = COORDINATOR_PHASE_TIMEOUT_S + 2.0 if protocols & set(COORDINATED) else 0.0
+        return max(legacy, coordinated)
 
     def _wait_settled(self, deadline: float, report_every: float | None = None) -> bool:
         """Until every group is settled and has been quiet for :data:`QUIET_S`; False at ``deadline``, or as soon as

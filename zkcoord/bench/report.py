@@ -33,6 +33,13 @@ _COORDINATOR_STEPS = (
     ("start_applied_last", "last start"),
     ("completed", "completed"),
 )
+_COORDINATED = ("coordinator", "incremental")
+#: the comparison's ratios shown in the notes: key suffix, numerator, denominator
+_RATIOS = (
+    ("legacy_over_coordinator", "zk-client", "coordinator"),
+    ("legacy_over_incremental", "zk-client", "incremental"),
+    ("coordinator_over_incremental", "coordinator", "incremental"),
+)
 _LEGACY_STEPS = (
     ("first_attempt", "1st attempt"),
     ("first_conflict", "1st conflict"),
@@ -120,18 +127,47 @@ def format_notes(document: dict[str, Any]) -> list[str]:
             f"zk-client: rebalance.backoff {cfg['legacy_backoff_s']:g} s, rebalance.max.retries "
             f"{cfg['legacy_max_retries']} (Kafka 0.8.2's defaults: 2 s, 4); retries counts legacy.rebalance.retrying."
         )
-    if "coordinator" in cfg["protocols"]:
-        lines.append("coordinator: retries counts rebalance.retrying and rebalance.aborted.")
+    coordinated = [p for p in ("coordinator", "incremental") if p in cfg["protocols"]]
+    if coordinated:
+        lines.append(f"{' and '.join(coordinated)}: retries counts rebalance.retrying and rebalance.aborted.")
+    if "incremental" in cfg["protocols"]:
+        lines.append(
+            "incremental: the coordinator with every member registered for incremental rebalances (sticky "
+            "assignor; settled = every partition fetched once, shares balanced, every start-fetcher sent applied)."
+        )
+    comparison = document["comparison"]
     for kind in ("join", "leave"):
-        ratio = document["comparison"].get(f"{kind}_legacy_over_coordinator")
-        if ratio is not None:
-            lines.append(f"{kind}: the zk-client p50 is {ratio:g}x the coordinator's.")
+        for key, over, under in _RATIOS:
+            ratio = comparison.get(f"{kind}_{key}")
+            if ratio is not None:
+                lines.append(f"{kind}: the {over} p50 is {ratio:g}x the {under}'s.")
+    return lines
+
+
+def format_commands(document: dict[str, Any]) -> list[str]:
+    """What the rebalances of the coordinated protocols commanded, per change (p50 over the completed changes)."""
+    rows = [r for r in document["summary"] if r["protocol"] in _COORDINATED and r["completed"]]
+    if not rows or all(r.get("commanded_p50") is None for r in rows):
+        return []
+    lines = [
+        "Per change, p50: members sent a command, partitions whose owner changed, partitions whose fetcher stopped",
+        f"  {'protocol':<11} {'change':<6} {'commanded':>10} {'moved':>7} {'stopped':>8}",
+    ]
+    for r in rows:
+        lines.append(
+            f"  {r['protocol']:<11} {r['kind']:<6} {_num(r.get('commanded_p50')):>10} "
+            f"{_num(r.get('moved_partitions_p50')):>7} {_num(r.get('stopped_partitions_p50')):>8}"
+        )
     return lines
 
 
 def format_breakdown(document: dict[str, Any]) -> list[str]:
     lines: list[str] = []
-    for protocol, steps in (("coordinator", _COORDINATOR_STEPS), ("zk-client", _LEGACY_STEPS)):
+    for protocol, steps in (
+        ("coordinator", _COORDINATOR_STEPS),
+        ("incremental", _COORDINATOR_STEPS),
+        ("zk-client", _LEGACY_STEPS),
+    ):
         rows = [r for r in document["summary"] if r["protocol"] == protocol and r["completed"]]
         if not rows:
             continue
@@ -173,6 +209,9 @@ def format_report(document: dict[str, Any]) -> str:
     breakdown = format_breakdown(document)
     if breakdown:
         parts += ["", *breakdown]
+    commands = format_commands(document)
+    if commands:
+        parts += ["", *commands]
     if document["summary"]:
         parts += ["", *format_cpu(document)]
     return "\n".join(parts)

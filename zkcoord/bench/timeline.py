@@ -5,10 +5,18 @@ only; a line still being written is kept for the next read).  :class:`GroupTrack
 its ownership state (who fetches which partition, from ``fetch.started`` / ``fetch.stopped``) and its protocol's
 progress, and says when the group is *settled*:
 
-* every partition is fetched by exactly one thread, the one Kafka's range assignor gives it over the group's current
-  members (the assignment both protocols compute, ``zkcoord.assignors.range_assign``);
+* ``coordinator`` and ``zk-client``: every partition is fetched by exactly one thread, the one Kafka's range assignor
+  gives it over the group's current members (the assignment both protocols compute,
+  ``zkcoord.assignors.range_assign``);
 * ``coordinator``: the newest rebalance the coordinator started is completed, with exactly the current members,
   no request is pending, and every member applied that generation's start-fetcher;
+* ``incremental`` (the coordinator with every member registered ``rebalance="incremental"``: its sticky assignor
+  gives a balanced assignment that is not the range one, and only the members whose partitions move get commands):
+  every partition is fetched by exactly one thread of a current member, every member fetches between ``P // N`` and
+  ``ceil(P / N)`` partitions (one thread per member), the newest rebalance started is completed, with exactly the
+  current members, no request is pending, and every member *sent* a start-fetcher of that generation
+  (``command.sent``) applied one (``command.applied``; the two are kept as sets per generation, since they may be
+  read in either order): members the rebalance left alone get no command and are not waited for;
 * ``zk-client``: every member's last ``legacy.*`` event is ``legacy.rebalance.completed`` with a member count equal
   to the group's size (each member saw the whole group and fetches what it claimed).
 
@@ -32,8 +40,11 @@ from typing import Any
 from zkcoord.assignors import range_assign
 
 COORDINATOR = "coordinator"
+INCREMENTAL = "incremental"
 LEGACY = "zk-client"
-PROTOCOLS = (COORDINATOR, LEGACY)
+PROTOCOLS = (COORDINATOR, INCREMENTAL, LEGACY)
+#: The protocols whose rebalances the coordinator runs (its ``rebalance.*`` and ``command.*`` events).
+COORDINATED = (COORDINATOR, INCREMENTAL)
 
 #: The events that end a member's part of a rebalance (its fetchers run on its new share).
 _LEGACY_DONE = "legacy.rebalance.completed"
@@ -139,7 +150,7 @@ class GroupTracker:
     settled_at: Event | None = None
     #: how often the group left the settled state again after ``settled_at`` (a late extra rebalance)
     reopened: int = 0
-    #: coordinator: the generation the group settled on (the newest started then); -1 before
+    #: coordinator, incremental: the generation the group settled on (the newest started then); -1 before
     settled_generation: int = -1
     armed: bool = False
     _expected: list[str | None] = field(default_factory=list)
@@ -153,6 +164,13 @@ class GroupTracker:
     _pending_request: bool = False
     _lagging: set[str] = field(default_factory=set)
     _was_settled: bool = False
+    # incremental: partitions fetched per consumer; members fetching outside [P // N, ceil(P / N)]; per generation,
+    # the members sent a start-fetcher and those that applied one; the newest generation's sent but not applied
+    _fetching: dict[str, int] = field(default_factory=dict)
+    _unbalanced: set[str] = field(default_factory=set)
+    _starts_sent: dict[int, set[str]] = field(default_factory=dict)
+    _starts_applied: dict[int, set[str]] = field(default_factory=dict)
+    _unapplied: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -164,8 +182,10 @@ class GroupTracker:
 
     def set_members(self, members: Iterable[str]) -> None:
         self.members = frozenset(members)
-        self._expected = expected_owners(sorted(self.members), self.topic, self.partitions)
+        if self.protocol != INCREMENTAL:
+            self._expected = expected_owners(sorted(self.members), self.topic, self.partitions)
         self._mismatched = {p for p in range(self.partitions) if not self._matches(p)}
+        self._unbalanced = {m for m in self.members if not self._balanced(m)}
         self._unfinished = {m for m in self.members if not self._legacy_done(m)}
         self._lagging = {m for m in self.members if self._start_gen.get(m) != self._latest_started}
 
@@ -207,10 +227,20 @@ class GroupTracker:
         if not 0 <= p < self.partitions:
             return
         holder = (str(f["consumer"]), str(f["thread"]))
+        holders = self.owners[p]
+        had = holder in holders
         if event.ev == "fetch.started":
-            self.owners[p].add(holder)
+            holders.add(holder)
         else:
-            self.owners[p].discard(holder)
+            holders.discard(holder)
+        if had != (holder in holders):
+            consumer = holder[0]
+            self._fetching[consumer] = self._fetching.get(consumer, 0) + (-1 if had else 1)
+            if consumer in self.members:
+                if self._balanced(consumer):
+                    self._unbalanced.discard(consumer)
+                else:
+                    self._unbalanced.add(consumer)
         if self._matches(p):
             self._mismatched.discard(p)
         else:
@@ -238,37 +268,52 @@ class GroupTracker:
             if generation > self._latest_started:
                 self._latest_started = generation
                 self._lagging = {m for m in self.members if self._start_gen.get(m) != generation}
+                self._unapplied = self._starts_sent.get(generation, set()) - self._starts_applied.get(generation, set())
         elif event.ev == "rebalance.completed":
             self._latest_completed = max(self._latest_completed, int(f["generation"]))
+        elif event.ev == "command.sent" and f.get("option") == "start-fetcher":
+            consumer, generation = str(f.get("consumer")), int(f["generation"])
+            self._starts_sent.setdefault(generation, set()).add(consumer)
+            if generation == self._latest_started and consumer not in self._starts_applied.get(generation, ()):
+                self._unapplied.add(consumer)
         elif event.ev == "command.applied" and f.get("option") == "start-fetcher":
-            consumer = str(f.get("consumer"))
-            self._start_gen[consumer] = int(f["generation"])
-            if self._start_gen[consumer] == self._latest_started:
+            consumer, generation = str(f.get("consumer")), int(f["generation"])
+            self._starts_applied.setdefault(generation, set()).add(consumer)
+            self._start_gen[consumer] = generation
+            if generation == self._latest_started:
                 self._lagging.discard(consumer)
+                self._unapplied.discard(consumer)
 
     def settled(self) -> bool:
         if self._mismatched or not self.members:
             return False
         if self.protocol == LEGACY:
             return not self._unfinished
+        # incremental: balanced shares, and every member sent a start applied it; coordinator: every member did
+        commanded = not (self._unbalanced or self._unapplied) if self.protocol == INCREMENTAL else not self._lagging
         return (
-            not self._pending_request
+            commanded
+            and not self._pending_request
             and self._latest_started == self._latest_completed
             and self._gen_members.get(self._latest_started) == self.members
-            and not self._lagging
         )
 
     def progress(self) -> str:
         """What the group still waits for, in a few words (for a timeout message)."""
         fetched = sum(1 for s in self.owners if s)
         parts = [f"{len(self.members)} members, {fetched}/{self.partitions} partitions fetched"]
-        parts.append(f"{len(self._mismatched)} not as assigned")
+        if self.protocol == INCREMENTAL:
+            parts.append(f"{len(self._mismatched)} not fetched by exactly one member")
+            parts.append(f"{len(self._unbalanced)} members with an unbalanced share")
+        else:
+            parts.append(f"{len(self._mismatched)} not as assigned")
         if self.protocol == LEGACY:
             parts.append(f"{len(self._unfinished)} members not done rebalancing")
         else:
+            waiting = self._unapplied if self.protocol == INCREMENTAL else self._lagging
             parts.append(
                 f"generation started {self._latest_started}, completed {self._latest_completed}, "
-                f"{len(self._lagging)} members without its start"
+                f"{len(waiting)} members without its start"
             )
         return ", ".join(parts)
 
@@ -280,10 +325,17 @@ class GroupTracker:
 
     def _matches(self, p: int) -> bool:
         holders = self.owners[p]
+        if self.protocol == INCREMENTAL:
+            return len(holders) == 1 and next(iter(holders))[0] in self.members
         want = self._expected[p] if p < len(self._expected) else None
         if want is None:
             return not holders
         return len(holders) == 1 and next(iter(holders))[1] == want
+
+    def _balanced(self, consumer: str) -> bool:
+        """incremental: the member fetches between ``P // N`` and ``ceil(P / N)`` partitions."""
+        n = len(self.members)
+        return n > 0 and self.partitions // n <= self._fetching.get(consumer, 0) <= -(-self.partitions // n)
 
     def _legacy_done(self, consumer: str) -> bool:
         last = self._last_legacy.get(consumer)

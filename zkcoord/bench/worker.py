@@ -1,13 +1,14 @@
 """A benchmark worker: one process hosting many consumers of one protocol, each its own ZooKeeper session.
 
-    python -m zkcoord.bench.worker --protocol coordinator|zk-client --zk HOST:PORT[/chroot] --data-dir DIR \\
-        --journal DIR --index N [--session-timeout 6] [--legacy-backoff 2.0] [--legacy-retries 4] \\
+    python -m zkcoord.bench.worker --protocol coordinator|incremental|zk-client --zk HOST:PORT[/chroot] \\
+        --data-dir DIR --journal DIR --index N [--session-timeout 6] [--legacy-backoff 2.0] [--legacy-retries 4] \\
         [--max-poll-records 50]
 
-The consumers are the real ones (:class:`consumer.Consumer` or :class:`consumer.legacy.LegacyConsumer`), sharing
-one journal, ``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch
-buffer with one read and then idles, so that the consumers of one process spend the CPU they get on the control
-plane, not on a fetch loop (what ``benchmarks/consumer_bench.py`` found necessary, there for one process).
+The consumers are the real ones (:class:`consumer.Consumer`, created with ``rebalance="incremental"`` for the
+``incremental`` protocol, or :class:`consumer.legacy.LegacyConsumer`), sharing one journal,
+``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch buffer with one
+read and then idles, so that the consumers of one process spend the CPU they get on the control plane, not on a
+fetch loop (what ``benchmarks/consumer_bench.py`` found necessary, there for one process).
 
 The driver (:mod:`zkcoord.bench.rebalance`) controls a worker through its standard input, one JSON object per line,
 and reads one JSON reply line per command on its standard output (logging goes to standard error)::
@@ -41,7 +42,7 @@ from zkcoord.journal import Journal, process_started
 
 log = logging.getLogger("zkcoord.bench.worker")
 
-PROTOCOLS = ("coordinator", "zk-client")
+PROTOCOLS = ("coordinator", "incremental", "zk-client")
 #: How long closing one consumer may take (its threads are joined with this timeout).
 CLOSE_TIMEOUT_S = 10.0
 
@@ -68,6 +69,7 @@ class Worker:
             data_dir=self.args.data_dir,
             session_timeout_s=self.args.session_timeout,
             max_poll_records=self.args.max_poll_records,
+            rebalance="incremental" if self.args.protocol == "incremental" else "eager",
         )
         if self.args.protocol == "zk-client":
             legacy = LegacyConfig(

@@ -13,7 +13,8 @@ from typing import NoReturn
 import click
 
 from zkcoord.bench.cluster import BenchError
-from zkcoord.bench.rebalance import DEFAULT_OUT, BenchConfig, RebalanceBench
+from zkcoord.bench.config import BenchConfig
+from zkcoord.bench.rebalance import DEFAULT_OUT, RebalanceBench
 from zkcoord.bench.report import format_report
 from zkcoord.bench.timeline import PROTOCOLS
 from zkcoord.cli.common import ZkCoordGroup
@@ -47,7 +48,7 @@ def _interruptible() -> Iterator[None]:
     "protocols",
     type=click.Choice(PROTOCOLS),
     multiple=True,
-    help="Protocol to run (repeatable, in this order)  [default: coordinator, zk-client]",
+    help="Protocol to run (repeatable, in this order)  [default: coordinator, incremental, zk-client]",
 )
 @click.option("--consumers", type=click.IntRange(1, 5000), default=50, show_default=True, help="Members per group.")
 @click.option("--partitions", type=click.IntRange(1, 10_000), default=500, show_default=True, help="Per group's topic.")
@@ -116,6 +117,10 @@ def rebalance(
     run_dir: Path | None,
 ) -> None:
     """Run the same membership changes under each consumer protocol and compare their rebalances.
+
+    The protocols: coordinator (eager rebalances: every member stops and restarts), incremental (the same
+    coordinator, every member asking for incremental rebalances: only the members whose partitions move get
+    commands) and zk-client (Kafka 0.8.2's client-side rebalance).
 
     Every consumer is a real ZooKeeper session, hosted many to a worker process.  For each protocol, the groups are
     formed, then TRIALS times one consumer joins each group and leaves again.  For each change: the time from the

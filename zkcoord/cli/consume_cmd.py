@@ -95,6 +95,14 @@ class _Status:
     is_flag=True,
     help="Join a group that still has zk-client members, to move it to the coordinator (docs/migration.md).",
 )
+@click.option(
+    "--rebalance",
+    type=click.Choice(["eager", "incremental"]),
+    default="eager",
+    show_default=True,
+    help="incremental: when every member says so, rebalances move only the partitions that change owner, with the "
+    "coordinator's sticky assignor; the others keep fetching (docs/protocol.md).",
+)
 @click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
 @click.option(
     "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
@@ -121,6 +129,7 @@ def consume(
     unsafe: bool,
     protocol: str,
     migrating: bool,
+    rebalance: str,
     rebalance_max_retries: int,
     rebalance_backoff: float,
     assignor: str,
@@ -147,9 +156,12 @@ def consume(
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
         migrating=migrating,
+        rebalance="incremental" if rebalance == "incremental" else "eager",
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
+    if rebalance == "incremental" and protocol == "zk-client":
+        raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
     if migrating and protocol == "zk-client":
         raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
     stop = stop_on_signals()

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from zkcoord.assignors import Assignment, get_assignor, range_assign
+from zkcoord.assignors import Assignment, get_assignor, range_assign, sticky_assign
 from zkcoord.errors import ConfigurationError
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
 
@@ -60,6 +60,9 @@ class Plan:
     legacy: dict[str, int] = field(default_factory=dict)
     #: partitions the assignment leaves to the zk-client members (they claim them themselves)
     legacy_partitions: int = 0
+    #: every member registered ``incremental`` (and none is migrating): the group's assignor is ``sticky`` and, from
+    #: a STABLE state, the rebalance may move only what changes (see :func:`moves`)
+    incremental: bool = False
 
 
 def matches(registration: MemberRegistration, topic: str) -> bool:
@@ -126,9 +129,13 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
             notes.append((f"subscription of {cid}", f"topic {topic!r} does not exist; left out until it does"))
         subscriptions[cid] = resolved
     partitions = {t: topics[t] for subs in subscriptions.values() for t in subs}
-    used = assignor
+    incremental = incremental_group(snapshot)
+    used = "sticky" if incremental else assignor
     try:
-        target = get_assignor(assignor)(subscriptions, partitions)
+        if used == "sticky":
+            target = sticky_assign(subscriptions, partitions, previous=still_held(snapshot))
+        else:
+            target = get_assignor(assignor)(subscriptions, partitions)
     except ConfigurationError as e:
         # Kafka fails the whole rebalance here; a coordinator serving many groups falls back and says why.
         notes.append(("assignor", f"{e}; falling back to range"))
@@ -153,6 +160,72 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         notes=notes,
         legacy=legacy,
         legacy_partitions=legacy_partitions,
+        incremental=incremental,
+    )
+
+
+def incremental_group(snapshot: GroupSnapshot) -> bool:
+    """Whether every member asked for incremental rebalancing, in a group with no migration going on (a migrating
+    consumer's 0.8 claims are all-or-nothing, so such groups stay eager)."""
+    members = snapshot.members.values()
+    return (
+        bool(snapshot.members)
+        and not snapshot.legacy
+        and all(m.registration.incremental and not m.registration.migrating for m in members)
+    )
+
+
+def still_held(snapshot: GroupSnapshot) -> Assignment:
+    """The registry's entries whose thread belongs to a member still in its recorded incarnation.
+
+    Only those may be fetching now: a member that left, or came back in a new session, stopped fetching before its
+    old session could expire (S6), so its old entries count as free.
+    """
+    state = snapshot.state
+    if state is None:
+        return {}
+    alive = {cid for cid, member in snapshot.members.items() if state.members.get(cid) == member.incarnation}
+    return restrict(snapshot.owners, alive)
+
+
+@dataclass(frozen=True, slots=True)
+class Moves:
+    """What an incremental rebalance changes: who stops what, who starts what (see :func:`moves`)."""
+
+    #: consumer id -> topic -> partitions it must stop (it fetches them now and the target moves them)
+    revoke: dict[str, dict[str, tuple[int, ...]]]
+    #: consumers the target gives a partition they do not fetch now (they get a start-fetcher)
+    gain: frozenset[str]
+    #: how many partitions change thread
+    moved: int
+
+
+def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
+    """The difference between what the members fetch now (:func:`still_held`) and ``target``, by member.
+
+    Revoking before assigning, per partition, is what keeps S2 in an incremental rebalance: a partition in
+    ``revoke`` is given to its new thread only after its old one acknowledged the stop.  A partition whose registry
+    entry belongs to no live incarnation is free and needs no stop.
+    """
+    held = still_held(snapshot)
+    revoke: dict[str, dict[str, list[int]]] = {}
+    gain: set[str] = set()
+    moved = 0
+    for topic in sorted(set(held) | set(target)):
+        before, after = held.get(topic, {}), target.get(topic, {})
+        for p in sorted(set(before) | set(after)):
+            old, new = before.get(p), after.get(p)
+            if old == new:
+                continue
+            moved += 1
+            if old is not None:
+                revoke.setdefault(old.rsplit("-", 1)[0], {}).setdefault(topic, []).append(p)
+            if new is not None:
+                gain.add(new.rsplit("-", 1)[0])
+    return Moves(
+        {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in revoke.items()},
+        frozenset(gain),
+        moved,
     )
 
 

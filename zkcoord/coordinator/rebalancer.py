@@ -17,8 +17,18 @@ A rebalance of group ``g`` is a sequence of *attempts*; each attempt has a new g
         ``max_rebalance_retries``; then FAILED is persisted and reported, and the group waits for its next trigger.
 
 No start-fetcher of generation ``n`` is written before every member of generation ``n`` acknowledged its
-stop-fetcher (S2, coordinator side).  Every write goes through the term's fence (S1).  Every command carries the
-coordinator epoch and the generation, which only grow, so consumers can refuse stale ones (S5).
+stop-fetcher (S2, coordinator side).
+
+*Incremental* attempts (every member registered ``incremental``, the group STABLE, the first attempt of the
+rebalance: :attr:`Mode.INCREMENTAL`) take the same steps with fewer recipients, per
+:func:`~zkcoord.coordinator.plan.moves`: the stop-fetcher goes only to members that lose partitions and names them,
+the start-fetcher only to members that gain some; the others keep fetching, undisturbed.  The barrier is then per
+partition: a moved partition's new owner is written and told to start only after its old owner acknowledged the
+stop.  With nothing to revoke, the stop step is skipped.  Any attempt that does not complete leaves a non-STABLE
+state behind, so the next one is eager: what the members fetch is then known again from scratch.
+
+Every write goes through the term's fence (S1).  Every command carries the coordinator epoch and the generation,
+which only grow, so consumers can refuse stale ones (S5).
 
 Threads: every method runs on the coordinator's worker thread; nothing here blocks on anything but ZooKeeper.
 """
@@ -36,7 +46,8 @@ from zkcoord import paths
 from zkcoord.assignors import moved_partitions, threads_of
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.plan import Plan, plan
+from zkcoord.coordinator.metrics import Metrics
+from zkcoord.coordinator.plan import Moves, Plan, moves, plan
 from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult, read_group
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
@@ -63,6 +74,13 @@ class Step(Enum):
     STARTING = "starting"
 
 
+class Mode(Enum):
+    """How an attempt moves partitions: stop everyone, then start everyone; or only what changes owner."""
+
+    EAGER = "eager"
+    INCREMENTAL = "incremental"
+
+
 @dataclass
 class Attempt:
     """One attempt of one group's rebalance (mutable; owned by the worker thread)."""
@@ -75,6 +93,13 @@ class Attempt:
     trigger: str
     requested_at: float  # monotonic seconds: when the rebalance was first requested
     step: Step = Step.STOPPING
+    mode: Mode = Mode.EAGER
+    #: incremental: who stops what, who starts (None when eager)
+    moves: Moves | None = None
+    #: the members this step's commands go to
+    recipients: frozenset[str] = frozenset()
+    #: the members that have a channel znode (listed once per attempt; each phase creates the missing ones)
+    channels: set[str] = field(default_factory=set)
     prefix: str = ""
     ops: list[Op] = field(default_factory=list)
     outstanding: set[str] = field(default_factory=set)
@@ -85,38 +110,6 @@ class Attempt:
     stop_ms: float = 0.0
     #: a write whose outcome is unknown (connection lost); resumed on reconnect
     uncertain: bool = False
-
-
-@dataclass
-class Metrics:
-    """Counters in the spirit of Kafka's coordinator metrics (``coordinator.metrics`` journal events)."""
-
-    rebalances_started: int = 0
-    rebalances_completed: int = 0
-    rebalances_skipped: int = 0
-    rebalances_failed: int = 0
-    attempts_aborted: int = 0
-    attempts_retried: int = 0
-    latency_ms: list[float] = field(default_factory=list)
-
-    def snapshot(self, groups_by_state: Mapping[str, int]) -> dict[str, object]:
-        lat = sorted(self.latency_ms)
-
-        def pct(q: float) -> float | None:
-            return round(lat[min(len(lat) - 1, int(q * len(lat)))], 1) if lat else None
-
-        return {
-            "rebalances_started": self.rebalances_started,
-            "rebalances_completed": self.rebalances_completed,
-            "rebalances_skipped": self.rebalances_skipped,
-            "rebalances_failed": self.rebalances_failed,
-            "attempts_aborted": self.attempts_aborted,
-            "attempts_retried": self.attempts_retried,
-            "latency_ms_p50": pct(0.5),
-            "latency_ms_p95": pct(0.95),
-            "latency_ms_max": lat[-1] if lat else None,
-            "groups_by_state": dict(groups_by_state),
-        }
 
 
 Schedule = Callable[[float, str, int], None]
@@ -199,11 +192,7 @@ class Rebalancer:
             self.migrating.add(group)
         else:
             self.migrating.discard(group)
-        for path, reason in read.snapshot.rejected:
-            self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
-            log.warning("group %s: ignoring %s: %s", group, path, reason)
-        for what, reason in planned.notes:
-            self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+        self._report_input(read, planned)
         if not wanted:
             self.metrics.rebalances_skipped += 1
             self.group_state[group] = "stable" if planned.members else "empty"
@@ -216,6 +205,9 @@ class Rebalancer:
         state = read.snapshot.state
         generation = (state.generation if state else 0) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
+        if self._incremental(attempt):
+            attempt.mode = Mode.INCREMENTAL
+            attempt.moves = moves(read.snapshot, planned.target)
         # The version the stop phase writes over (a resume after a connection loss in which no batch landed
         # starts from it again).
         attempt.state_version = read.state_version
@@ -235,11 +227,40 @@ class Rebalancer:
             members=sorted(planned.members),
             partitions=sum(len(p) for p in planned.target.values()),
             assignor=planned.assignor,
+            mode=attempt.mode.value,
+            **(self._move_fields(attempt.moves) if attempt.moves is not None else {}),
             **(migration if read.migrating else {}),
         )
         fault_point("coordinator.before_stop", self.journal)
         self._send_stop(attempt)
         return Begun.STARTED if group in self.active else Begun.SKIPPED
+
+    def _report_input(self, read: ReadResult, planned: Plan) -> None:
+        """Journal what was refused or left out of the plan (S7)."""
+        group = planned.group
+        for path, reason in read.snapshot.rejected:
+            self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
+            log.warning("group %s: ignoring %s: %s", group, path, reason)
+        for what, reason in planned.notes:
+            self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+
+    def _incremental(self, attempt: Attempt) -> bool:
+        """Whether ``attempt`` may move only what changes: every member asked for it, and what each fetches is
+        known -- the group is STABLE (so no earlier attempt stopped anything it did not restart), this is not a
+        retry, and every owner znode could be read."""
+        state = attempt.read.snapshot.state
+        return (
+            attempt.plan.incremental
+            and state is not None
+            and state.phase is GroupPhase.STABLE
+            and attempt.number == 0
+            and not attempt.read.unreadable_owners
+            and not self.writer.fence.unsafe
+        )
+
+    @staticmethod
+    def _move_fields(m: Moves) -> dict[str, object]:
+        return {"revoking": sorted(m.revoke), "gaining": sorted(m.gain), "moved": m.moved}
 
     def on_channel(self, group: str, consumer_id: str, children: list[str]) -> None:
         """A member's channel changed: maybe its command was acknowledged (deleted)."""
@@ -297,20 +318,33 @@ class Rebalancer:
 
     def _send_stop(self, attempt: Attempt) -> None:
         g = attempt.group
-        attempt.step = Step.STOPPING
-        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
         try:
-            channels = set(self.zk.get_children(paths.channel_root(g)))
+            attempt.channels = set(self.zk.get_children(paths.channel_root(g)))
         except NoNodeError:
-            channels = set()
+            attempt.channels = set()
         except ZkError as e:
             self._retry(attempt, f"cannot list the channels: {e}")
             return
-        ops: list[Op] = []
-        for cid in sorted(attempt.plan.members):
-            if cid not in channels:
-                ops.append(Op("create", paths.channel(g, cid)))
-            cmd = Command(CommandOption.STOP_FETCHER, self.epoch, attempt.generation, g, {}, self.wall_ms())
+        revoke = attempt.moves.revoke if attempt.moves is not None else None
+        if revoke is not None and not revoke:
+            # Nothing is taken from anyone (a member left, partitions were added): no barrier to wait for.
+            attempt.stop_done_at = self.clock()
+            self._send_start(attempt)
+            return
+        attempt.step = Step.STOPPING
+        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
+        attempt.recipients = frozenset(attempt.plan.members if revoke is None else revoke)
+        ops = self._channel_ops(attempt)
+        for cid in sorted(attempt.recipients):
+            cmd = Command(
+                CommandOption.STOP_FETCHER,
+                self.epoch,
+                attempt.generation,
+                g,
+                issued_ms=self.wall_ms(),
+                revoke=None if revoke is None else revoke[cid],
+                incarnation=attempt.plan.members[cid],
+            )
             ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
         self._write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
 
@@ -319,12 +353,29 @@ class Rebalancer:
         attempt.step = Step.STARTING
         attempt.stop_done_at = self.clock()
         attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.START_FETCHER)
-        ops = self._ownership_ops(attempt)
-        for cid in sorted(attempt.plan.members):
+        incremental = attempt.moves is not None
+        attempt.recipients = frozenset(attempt.plan.members if attempt.moves is None else attempt.moves.gain)
+        ops = self._channel_ops(attempt) + self._ownership_ops(attempt)
+        for cid in sorted(attempt.recipients):
             owned = threads_of(attempt.plan.target, cid)
-            cmd = Command(CommandOption.START_FETCHER, self.epoch, attempt.generation, g, owned, self.wall_ms())
+            cmd = Command(
+                CommandOption.START_FETCHER,
+                self.epoch,
+                attempt.generation,
+                g,
+                owned,
+                self.wall_ms(),
+                incremental=incremental,
+                incarnation=attempt.plan.members[cid],
+            )
             ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
         self._write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
+
+    @staticmethod
+    def _channel_ops(attempt: Attempt) -> list[Op]:
+        """Create the channels this step's recipients lack (before their commands, in the same batch order)."""
+        missing = sorted(attempt.recipients - attempt.channels)
+        return [Op("create", paths.channel(attempt.group, cid)) for cid in missing]
 
     def _ownership_ops(self, attempt: Attempt) -> list[Op]:
         """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``."""
@@ -363,7 +414,7 @@ class Rebalancer:
 
     def _write(self, attempt: Attempt, ops: list[Op], phase: GroupPhase, state_version: int, start: int = 0) -> None:
         attempt.ops = ops
-        attempt.outstanding = set(attempt.plan.members)
+        attempt.outstanding = set(attempt.recipients)
         attempt.step_started = self.clock()
         self._tokens += 1
         attempt.token = self._tokens
@@ -382,9 +433,14 @@ class Rebalancer:
 
     def _sent(self, attempt: Attempt) -> None:
         attempt.uncertain = False
+        attempt.channels |= attempt.recipients
         option = _option(attempt.step)
-        for cid in sorted(attempt.plan.members):
-            owned = threads_of(attempt.plan.target, cid) if option is CommandOption.START_FETCHER else {}
+        revoke = attempt.moves.revoke if attempt.moves is not None else {}
+        for cid in sorted(attempt.recipients):
+            if option is CommandOption.START_FETCHER:
+                partitions = sum(len(p) for p in threads_of(attempt.plan.target, cid).values())
+            else:
+                partitions = sum(len(p) for p in revoke.get(cid, {}).values())
             self.journal.emit(
                 "command.sent",
                 group=attempt.group,
@@ -392,7 +448,7 @@ class Rebalancer:
                 option=option.value,
                 epoch=self.epoch,
                 generation=attempt.generation,
-                partitions=sum(len(p) for p in owned.values()),
+                partitions=partitions,
             )
         self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
         if not attempt.outstanding:  # a group with no members has nothing to wait for

@@ -1,0 +1,72 @@
+"""What ``zkcoord bench rebalance`` runs: :class:`BenchConfig`, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from zkcoord.bench.timeline import LEGACY, PROTOCOLS
+from zkcoord.errors import ConfigurationError
+
+#: consumers per worker process when ``workers`` is not given
+CONSUMERS_PER_WORKER = 25
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What ``zkcoord bench rebalance`` runs.  Validated on construction (:class:`ConfigurationError`)."""
+
+    protocols: tuple[str, ...] = PROTOCOLS
+    consumers: int = 50
+    partitions: int = 500
+    groups: int = 1
+    trials: int = 5
+    session_timeout_s: float = 6.0
+    legacy_backoff_s: float = 2.0
+    legacy_retries: int = 4
+    workers: int | None = None
+    zk: str | None = None
+    run_dir: Path | None = None
+    change_timeout_s: float = 60.0
+    form_timeout_s: float | None = None
+    floor_samples: int = 50
+    max_poll_records: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.protocols:
+            raise ConfigurationError("give at least one --protocol")
+        for protocol in self.protocols:
+            if protocol not in PROTOCOLS:
+                raise ConfigurationError(f"unknown protocol {protocol!r}; choose from {', '.join(PROTOCOLS)}")
+        if len(set(self.protocols)) != len(self.protocols):
+            raise ConfigurationError("each --protocol may be given once")
+        ranges: list[tuple[str, float, float, float]] = [
+            ("--consumers", self.consumers, 1, 5000),
+            ("--partitions", self.partitions, 1, 10_000),
+            ("--groups", self.groups, 1, 100),
+            ("--trials", self.trials, 1, 1000),
+            ("--workers", self.workers if self.workers is not None else 1, 1, 256),
+            ("--legacy-backoff", self.legacy_backoff_s, 0, 600),
+            ("--legacy-retries", self.legacy_retries, 1, 1000),
+            ("--session-timeout", self.session_timeout_s, 0.5, 600),
+            ("--change-timeout", self.change_timeout_s, 1, 3600),
+            ("floor samples", self.floor_samples, 1, 10_000),
+            ("max poll records", self.max_poll_records, 1, 10_000),
+        ]
+        for name, value, low, high in ranges:
+            if not low <= value <= high:
+                raise ConfigurationError(f"{name} must be within {low:g}..{high:g}, got {value:g}")
+
+    @property
+    def worker_count(self) -> int:
+        total = self.consumers * self.groups
+        wanted = self.workers if self.workers is not None else math.ceil(total / CONSUMERS_PER_WORKER)
+        return max(1, min(wanted, total + 1))
+
+    @property
+    def form_deadline_s(self) -> float:
+        if self.form_timeout_s is not None:
+            return self.form_timeout_s
+        legacy_round = self.legacy_retries * self.legacy_backoff_s if LEGACY in self.protocols else 0.0
+        return 60.0 + 0.5 * self.consumers * self.groups + 4 * legacy_round
