@@ -215,7 +215,9 @@ class CommandHandler:
             if reason is not None:
                 self._reject(name, command, reason)
             elif command.option is CommandOption.STOP_FETCHER:
-                self._stop(name, command)
+                if self._stop(path, command):
+                    self._applied.add(name)  # acknowledged with the commit, in one transaction
+                    continue
             else:
                 self._start(name, command)
             self._ack(path, name)
@@ -239,15 +241,18 @@ class CommandHandler:
         self.epoch = max(self.epoch, command.epoch)
         self.generation = max(self.generation, command.generation)
 
-    def _stop(self, name: str, command: Command) -> None:
+    def _stop(self, path: str, command: Command) -> bool:
+        """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""
         c = self.c
+        name = path.rpartition("/")[2]
         self._adopt(command)
         if command.revoke is not None and c.bridge is None:
             # Incremental: only the named partitions.  (A migrating consumer's 0.8 claims are released all at
             # once, so it stops everything; the coordinator never sends it a partial stop.)
             wanted = {TopicPartition(t, p) for t, parts in command.revoke.items() for p in parts}
-            self._journal_applied(name, command, len(self._revoke(wanted, "stop-fetcher")))
-            return
+            revoked, acked = self._revoke(wanted, "stop-fetcher", ack=path)
+            self._journal_applied(name, command, len(revoked))
+            return acked
         self._stop_received_at = c.clock()
         revoked = list(c.fetcher.assignment())
         positions = c.fetcher.revoke("stop-fetcher")
@@ -257,21 +262,26 @@ class CommandHandler:
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
         self._journal_applied(name, command, len(revoked))
+        return False
 
-    def _revoke(self, tps: set[TopicPartition], reason: str) -> list[TopicPartition]:
-        """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them."""
+    def _revoke(
+        self, tps: set[TopicPartition], reason: str, ack: str | None = None
+    ) -> tuple[list[TopicPartition], bool]:
+        """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them, and whether the command
+        ``ack`` was deleted (acknowledged) in the commit's transaction -- after the commit, never before it."""
         c = self.c
         revoked = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
         if not revoked:
-            return []
+            return [], False
         positions = c.fetcher.revoke_some(revoked, reason)
+        acked = False
         if not self._lost:
-            self._commit_quietly(positions)
+            acked = self._commit_quietly(positions, ack)
         with self._commit_lock:
             c.offsets.release(revoked)
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
-        return revoked
+        return revoked, acked
 
     def _start(self, name: str, command: Command) -> None:
         c = self.c
@@ -387,11 +397,14 @@ class CommandHandler:
 
     # --- commits -------------------------------------------------------------------------------------------------
 
-    def commit(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Commit (any thread).  :raises OffsetCommitFencedError: for partitions no longer ours."""
+    def commit(self, positions: dict[TopicPartition, int], ack: str | None = None) -> dict[TopicPartition, int]:
+        """Commit (any thread); with ``ack``, delete that command in the same transaction.
+
+        :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
+        """
         with self._commit_lock:
             try:
-                written = self.c.offsets.commit(positions)
+                written = self.c.offsets.commit(positions, ack=ack)
             except OffsetCommitFencedError as e:
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal_commits(e.committed)
@@ -413,11 +426,13 @@ class CommandHandler:
         if self.c.bridge is not None:
             self.c.bridge.commit(positions)
 
-    def _commit_quietly(self, positions: dict[TopicPartition, int]) -> None:
+    def _commit_quietly(self, positions: dict[TopicPartition, int], ack: str | None = None) -> bool:
+        """Commit, logging a fenced partition; True if ``ack`` was deleted with it."""
         try:
-            self.commit(positions)
+            self.commit(positions, ack)
         except OffsetCommitFencedError as e:
             log.warning("consumer %s: %s", self.c.consumer_id, e)
+        return ack is not None
 
     def _journal_commits(self, written: dict[TopicPartition, int]) -> None:
         for tp, offset in sorted(written.items()):

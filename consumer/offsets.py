@@ -12,6 +12,7 @@ thread; a lock serialises them.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class OffsetStore:
         self._lock = threading.Lock()
         self._claims: dict[TopicPartition, Claim] = {}
         self._committed: dict[TopicPartition, int] = {}
+        self._ensured: set[str] = set()
 
     def claim(
         self, ownership: Mapping[TopicPartition, str], *, add: bool = False
@@ -62,8 +64,9 @@ class OffsetStore:
         incremental start-fetcher: the partitions kept are not read again).  :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
-        for topic in sorted({tp.topic for tp in tps}):
+        for topic in sorted({tp.topic for tp in tps} - self._ensured):
             self.zk.ensure_path(paths.offsets(self.group, topic))
+            self._ensured.add(topic)  # persistent: once there, it stays (a round trip saved per start-fetcher)
         owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in tps]
         offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in tps]
         reads = self.zk.get_many(owner_paths + offset_paths)
@@ -110,10 +113,12 @@ class OffsetStore:
         with self._lock:
             return dict(self._committed)
 
-    def commit(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    def commit(self, positions: Mapping[TopicPartition, int], ack: str | None = None) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
-        Only changed positions are written, in one transaction that checks every owner version first.
+        Only changed positions are written, in one transaction that checks every owner version first.  ``ack``: a
+        command to delete in that same transaction (so it is acknowledged exactly when the commit lands), or alone
+        when there is nothing to write; already gone is fine.
         :raises OffsetCommitFencedError: for partitions we no longer own (the others are committed).
         :raises ZkError: on I/O failure (nothing is committed then).
         """
@@ -122,18 +127,8 @@ class OffsetStore:
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             written: dict[TopicPartition, int] = {}
             while todo:
-                txn = self.zk.transaction()
-                for tp in sorted(todo):
-                    claim = self._claims[tp]
-                    txn.check(paths.owner(self.group, tp.topic, tp.partition), claim.owner_version)
-                for tp in sorted(todo):
-                    path = paths.offset(self.group, tp.topic, tp.partition)
-                    if self._claims[tp].offset_exists:
-                        txn.set_data(path, encode_int(todo[tp]))
-                    else:
-                        txn.create(path, encode_int(todo[tp]))
                 try:
-                    txn.commit()
+                    self._commit_once(todo, ack)
                 except NodeExistsError as e:
                     # Our record said "absent" but the node exists (an earlier commit whose reply was lost):
                     # set it instead of creating it.
@@ -144,6 +139,9 @@ class OffsetStore:
                     self._claims[tp_created] = Claim(c.thread, c.owner_version, c.committed, True)
                     continue
                 except (BadVersionError, NoNodeError) as e:
+                    if ack is not None and e.path == ack:
+                        ack = None  # acknowledged already (a reply lost earlier): commit alone
+                        continue
                     lost = self._owner_of_path(e.path, todo)
                     if lost is None:
                         raise
@@ -151,14 +149,33 @@ class OffsetStore:
                     del self._claims[lost]  # it is somebody else's now
                     del todo[lost]
                     continue
-                for tp, off in todo.items():
-                    self._claims[tp] = Claim(self._claims[tp].thread, self._claims[tp].owner_version, off, True)
-                    self._committed[tp] = off
+                ack = None  # deleted with the commit
                 written.update(todo)
                 todo = {}
+            if ack is not None:  # nothing (left) to commit: acknowledge alone
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(ack)
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
         return written
+
+    def _commit_once(self, todo: Mapping[TopicPartition, int], ack: str | None) -> None:
+        """One transaction: check every owner version, write every offset, delete ``ack``.  Lock held."""
+        txn = self.zk.transaction()
+        for tp in sorted(todo):
+            txn.check(paths.owner(self.group, tp.topic, tp.partition), self._claims[tp].owner_version)
+        for tp in sorted(todo):
+            path = paths.offset(self.group, tp.topic, tp.partition)
+            if self._claims[tp].offset_exists:
+                txn.set_data(path, encode_int(todo[tp]))
+            else:
+                txn.create(path, encode_int(todo[tp]))
+        if ack is not None:
+            txn.delete(ack)
+        txn.commit()
+        for tp, off in todo.items():
+            self._claims[tp] = Claim(self._claims[tp].thread, self._claims[tp].owner_version, off, True)
+            self._committed[tp] = off
 
     def _offset_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
         for tp in todo:

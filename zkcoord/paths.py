@@ -64,6 +64,16 @@ def command_prefix(group_name: str, consumer_id: str) -> str:
     return f"{channel(group_name, consumer_id)}/{COMMAND_PREFIX}"
 
 
+def command_of(path: str) -> tuple[str, str, str] | None:
+    """``(group, consumer id, command name)`` of a command path ``channel(g, c)/<name>``, or None."""
+    if not path.startswith(f"{GROUPS}/"):
+        return None
+    parts = path[len(GROUPS) + 1 :].split("/")
+    if len(parts) != 4 or parts[1] != "channel" or not all(parts):
+        return None
+    return parts[0], parts[2], parts[3]
+
+
 def owners_root(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/owners"
 

@@ -72,6 +72,8 @@ class Stat(Protocol):
     @property
     def numChildren(self) -> int: ...
     @property
+    def cversion(self) -> int: ...
+    @property
     def ctime(self) -> int: ...
     @property
     def mtime(self) -> int: ...
@@ -470,12 +472,20 @@ class ZkClient:
         with translate(path):
             self.kazoo.sync(path)
 
-    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+    def get_many(
+        self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
+    ) -> list[tuple[bytes, Stat] | None]:
         """Read many znodes in one pipelined burst (one round trip of latency, not one per node).
 
-        Absent nodes give ``None``.  :raises ZkError: for any other failure.
+        Absent nodes give ``None`` (and no watch).  With ``watch``, each node read gets a one-shot data watch, as
+        :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or ``RESET``).
+        :raises ZkError: for any other failure.
         """
-        pending = [(path, self.kazoo.get_async(path)) for path in paths]
+        kazoo = self.kazoo
+        pending = [
+            (path, kazoo.get_async(path) if watch is None else kazoo.get_async(path, watch=_OneShot(watch, path)))
+            for path in paths
+        ]
         out: list[tuple[bytes, Stat] | None] = []
         for path, result in pending:
             try:
@@ -499,20 +509,33 @@ class ZkClient:
         is set on an absent node.  ``watch`` runs on kazoo's watch thread: enqueue, do not block, do not call
         ZooKeeper.
         """
+        return [None if got is None else got[0] for got in self.children_stat_many(paths, watch)]
+
+    def children_stat_many(
+        self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
+    ) -> list[tuple[list[str], Stat] | None]:
+        """As :meth:`children_many`, with each listed node's own stat (``cversion`` counts its children's creations
+        and deletions: two listings whose difference accounts for every change between their ``cversion`` s saw
+        no child deleted and created again in between)."""
         kazoo = self.kazoo
-        if watch is None:
-            pending = [(path, kazoo.get_children_async(path)) for path in paths]
-        else:
-            pending = [(path, kazoo.get_children_async(path, watch=_OneShot(watch, path))) for path in paths]
-        out: list[list[str] | None] = []
+        pending = [
+            (
+                path,
+                kazoo.get_children_async(
+                    path, watch=None if watch is None else _OneShot(watch, path), include_data=True
+                ),
+            )
+            for path in paths
+        ]
+        out: list[tuple[list[str], Stat] | None] = []
         for path, result in pending:
             try:
                 with translate(path):
-                    children: list[str] = result.get()
+                    children, stat = result.get()
             except errors.NoNodeError:
                 out.append(None)
                 continue
-            out.append(children)
+            out.append((children, stat))
         return out
 
     def commit_many(self, transactions: Sequence[Transaction]) -> list[list[Any] | errors.ZkError]:

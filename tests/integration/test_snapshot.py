@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from zkcoord import legacy_paths, paths
-from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult, read_group
+from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
 
@@ -76,3 +76,26 @@ def test_zk_client_members_are_seen_even_when_no_member_of_ours_is_migrating(zk:
     read = _read(zk)
     assert read.migrating
     assert sorted(read.snapshot.legacy) == ["g_old-1-00000002"]
+
+
+def test_known_members_are_not_read_again_unless_a_name_was_deleted_and_created_again(zk: ZkClient) -> None:
+    _group(zk, {0: "g_a-1-00000001-0"})
+    cache: dict[str, KnownMembers] = {}
+    first = read_group(zk, G, members=cache).snapshot.members
+    assert set(first) == {"g_a-1-00000001"} and G in cache
+    # A known registration's znode is rewritten in place (nobody does that, but it shows what is read): a second
+    # read with nothing else changed keeps the cached one, so the reads really were saved.
+    stale = MemberRegistration(Pattern.STATIC, {"t": 1}, 1)
+    zk.set(paths.member(G, "g_a-1-00000001"), MemberRegistration(Pattern.STATIC, {"t": 2}, 1).encode())
+    assert read_group(zk, G, members=cache).snapshot.members["g_a-1-00000001"].registration == stale
+    # A new member is read, the known one still not.
+    zk.create(paths.member(G, "g_b-1-00000002"), stale.encode())
+    second = read_group(zk, G, members=cache).snapshot.members
+    assert set(second) == {"g_a-1-00000001", "g_b-1-00000002"}
+    assert second["g_a-1-00000001"].registration == stale
+    # The same name deleted and created again between two reads (a new session: a new czxid): the cversion shows
+    # more changes than the names explain, so everything is read again.
+    zk.delete(paths.member(G, "g_a-1-00000001"))
+    zk.create(paths.member(G, "g_a-1-00000001"), stale.encode())
+    third = read_group(zk, G, members=cache).snapshot.members
+    assert third["g_a-1-00000001"].incarnation != first["g_a-1-00000001"].incarnation

@@ -33,6 +33,7 @@ from zkcoord.errors import (
     ZkSessionExpiredError,
     ZkUnavailableError,
 )
+from zkcoord.zk import Transaction
 from zkcoord.znodes import CommandOption, GroupState
 
 OpKind = Literal["create", "create_seq", "set", "delete"]
@@ -72,8 +73,11 @@ class PhaseWriter:
         size = self.batch_size
         return [ops[i : i + size] for i in range(0, len(ops), size)] or [[]]
 
-    def write(self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0) -> int:
-        """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version.
+    def write(
+        self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0
+    ) -> tuple[int, list[str]]:
+        """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version and the
+        paths of the sequential znodes (the commands) created, in the order of ``ops``.
 
         ``state_version`` is the state znode's current version (-1: it does not exist yet).
 
@@ -94,18 +98,17 @@ class PhaseWriter:
                 txn.set_data(state_path, data, version)
             version += 1
             for op in batches[i]:
-                if op.kind == "create":
-                    txn.create(op.path, op.data)
-                elif op.kind == "create_seq":
-                    txn.create(op.path, op.data, sequence=True)
-                elif op.kind == "set":
-                    txn.set_data(op.path, op.data)
-                else:
-                    txn.delete(op.path)
+                _add(txn, op)
             txns.append(txn)
+        created: list[str] = []
         for offset, result in enumerate(zk.commit_many(txns)):
             if isinstance(result, FencedError):
                 raise result
+            batch = batches[start + offset]
+            if isinstance(result, list) and batch:
+                # The fence's own operations come first in each transaction; the batch's operations are the tail.
+                tail = result[-len(batch) :]
+                created += [str(r) for op, r in zip(batch, tail, strict=True) if op.kind == "create_seq"]
             if isinstance(result, ZkError):
                 landed = start + offset
                 fenced = self._as_fenced(result)
@@ -122,7 +125,7 @@ class PhaseWriter:
                     uncertain=uncertain,
                     path=result.path,
                 ) from result
-        return version
+        return version, created
 
     def _as_fenced(self, error: ZkError) -> FencedError | None:
         # Only a failed check is a fence; a connection loss is reported against the first path too, but says nothing.
@@ -131,3 +134,14 @@ class PhaseWriter:
         if not self.fence.unsafe and error.path in (paths.COORDINATOR_EPOCH, paths.COORDINATOR):
             return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
         return None
+
+
+def _add(txn: Transaction, op: Op) -> None:
+    if op.kind == "create":
+        txn.create(op.path, op.data)
+    elif op.kind == "create_seq":
+        txn.create(op.path, op.data, sequence=True)
+    elif op.kind == "set":
+        txn.set_data(op.path, op.data)
+    else:
+        txn.delete(op.path)

@@ -39,12 +39,13 @@ from enum import Enum
 from typing import Any
 
 from zkcoord import legacy_paths, paths
+from zkcoord.coordinator.attempt import Begun
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term, try_elect
 from zkcoord.coordinator.plan import matches
-from zkcoord.coordinator.rebalancer import Begun, Rebalancer
-from zkcoord.coordinator.snapshot import read_groups
+from zkcoord.coordinator.rebalancer import Rebalancer
+from zkcoord.coordinator.snapshot import Listing, read_groups
 from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -103,12 +104,11 @@ class Coordinator:
         self._subs: dict[str, list[MemberRegistration]] = {}
         self._groups: set[str] = set()
         self._groups_listed = False
-        self._channels: set[tuple[str, str]] = set()
         self._legacy_watched: set[str] = set()  # migrating groups whose zk-client ids are watched (this term)
         self._pending: dict[str, tuple[str, float]] = {}
         self._order: deque[str] = deque()
         #: each group's member ids as last listed (with the one-shot watch of ``_members_watch``)
-        self._member_ids: dict[str, list[str]] = {}
+        self._member_ids: dict[str, Listing] = {}
         #: groups whose members watch fired (a change, or a reset by a connection loss): to list and watch again
         self._relist: set[str] = set()
         self._members_watch: Callable[[WatchEvent], None] | None = None
@@ -154,14 +154,14 @@ class Coordinator:
 
         self.zk.watch_children(path, callback)  # type: ignore[arg-type]
 
-    def _new_members_watch(self) -> Callable[[WatchEvent], None]:
-        """The one-shot watch callback on every group's ``ids`` for this term (one object, so that kazoo keeps one
-        watcher per path however often a group is re-listed)."""
+    def _new_watch(self, kind: str) -> Callable[[WatchEvent], None]:
+        """A one-shot watch callback for this term: on every group's ``ids`` (``members``), on every command written
+        (``ack``).  One object per kind, so that kazoo keeps one watcher per path however often it is re-read."""
         term = self._term_no
 
         def callback(event: WatchEvent) -> None:
             if term == self._term_no:
-                self._events.put(_Event("members", term, name=event.path, data=event.kind))
+                self._events.put(_Event(kind, term, name=event.path, data=event if kind == "ack" else event.kind))
 
         return callback
 
@@ -253,8 +253,8 @@ class Coordinator:
             self._on_members_watch(event.name, event.data)
         elif event.kind == "legacy-members":
             self.request(event.group, "zk-client membership change")
-        elif event.kind == "channel" and self.rebalancer is not None:
-            self.rebalancer.on_channel(event.group, event.name, event.data)
+        elif event.kind == "ack" and self.rebalancer is not None:
+            self.rebalancer.on_ack(event.data)
 
     def _schedule(self, delay: float, action: Callable[[], None]) -> None:
         self._timer_seq += 1
@@ -307,7 +307,7 @@ class Coordinator:
 
     def _become_coordinator(self, term: Term) -> None:
         self._term_no += 1
-        self._members_watch = self._new_members_watch()
+        self._members_watch = self._new_watch("members")
         self.term = term
         self.role = Role.COORDINATOR
         self._journal.emit(
@@ -323,6 +323,7 @@ class Coordinator:
             self._journal,
             schedule=self._schedule_group,
             topics=lambda: self._topics,
+            ack_watch=self._new_watch("ack"),
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
@@ -368,7 +369,6 @@ class Coordinator:
         self._subs.clear()
         self._groups.clear()
         self._groups_listed = False
-        self._channels.clear()
         self._legacy_watched.clear()
         self._pending.clear()
         self._order.clear()
@@ -435,7 +435,7 @@ class Coordinator:
             self.request(group, trigger)
         self._groups_listed = True
 
-    def _list_members(self, groups: list[str]) -> dict[str, list[str]]:
+    def _list_members(self, groups: list[str]) -> dict[str, Listing]:
         """List ``groups``' members in one pipelined burst, each listing re-arming the one-shot members watch.
 
         A group without an ``ids`` node gets one (a fenced write) and is listed again, so it is watched too.
@@ -444,20 +444,20 @@ class Coordinator:
         watch = self._members_watch
         if watch is None:  # not coordinating
             return {}
-        listings = self.zk.children_many([paths.group_ids(g) for g in groups], watch=watch)
-        out: dict[str, list[str]] = {}
+        listings = self.zk.children_stat_many([paths.group_ids(g) for g in groups], watch=watch)
+        out: dict[str, Listing] = {}
         missing = []
-        for group, children in zip(groups, listings, strict=True):
-            if children is None:
+        for group, got in zip(groups, listings, strict=True):
+            if got is None:
                 missing.append(group)
             else:
-                out[group] = children
+                out[group] = (got[0], got[1].cversion)
         fence = self.rebalancer.writer.fence if self.rebalancer else None
         if missing and fence is not None:
             for group in missing:
                 self._ensure(fence, paths.group_ids(group))
-            again = self.zk.children_many([paths.group_ids(g) for g in missing], watch=watch)
-            out.update((g, c) for g, c in zip(missing, again, strict=True) if c is not None)
+            again = self.zk.children_stat_many([paths.group_ids(g) for g in missing], watch=watch)
+            out.update((g, (c[0], c[1].cversion)) for g, c in zip(missing, again, strict=True) if c is not None)
         # Only a listing made under an armed watch stands for the group's members until the watch fires.
         for group in groups:
             if group in out:
@@ -484,7 +484,7 @@ class Coordinator:
             # A watch that was only reset (a connection loss) is handled as a change too: a member may have
             # re-registered under the same id meanwhile (a new incarnation, same names), which the necessity check
             # sees and a comparison of names would not.  The examination is cheap (members and state).
-            children = listings.get(group, [])
+            children = listings.get(group, ([], -1))[0]
             self._on_members(group, children)
             self._relist.discard(group)  # only once handled: a failed step leaves the group to be listed again
 
@@ -533,7 +533,7 @@ class Coordinator:
         batch = self._take_batch(rebalancer)
         if not batch:
             return
-        reads = read_groups(self.zk, batch, self._member_ids, rebalancer.registries)
+        reads = read_groups(self.zk, batch, self._member_ids, rebalancer.registries, rebalancer.members)
         deferred: list[str] = []
         todo = deque(batch)
         try:
@@ -553,8 +553,6 @@ class Coordinator:
                     # A migrating group's zk-client members change its assignment too (docs/migration.md).
                     self._legacy_watched.add(group)
                     self._watch_children("legacy-members", legacy_paths.ids(group), group=group)
-                if begun is Begun.STARTED:
-                    self._watch_channels(group)
         finally:
             # Whatever was not examined (no room, or a step raised) keeps its place at the front of the queue.
             self._order.extendleft(reversed([*deferred, *todo]))
@@ -573,15 +571,6 @@ class Coordinator:
             else:
                 self._order.append(group)  # runs again after the current attempt: exactly one more
         return batch
-
-    def _watch_channels(self, group: str) -> None:
-        rebalancer = self.rebalancer
-        if rebalancer is None or group not in rebalancer.active:
-            return
-        for cid in rebalancer.active[group].plan.members:
-            if (group, cid) not in self._channels:
-                self._channels.add((group, cid))
-                self._watch_children("channel", paths.channel(group, cid), group=group, name=cid)
 
     def _emit_metrics(self) -> None:
         if self.rebalancer is None:

@@ -39,77 +39,22 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
 
 from zkcoord import paths
 from zkcoord.assignors import moved_partitions, threads_of
+from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import Moves, Plan, moves, plan
-from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult, read_group
+from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
-from zkcoord.zk import ZkClient
-from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, encode_owner
+from zkcoord.zk import WatchEvent, WatchKind, ZkClient
+from zkcoord.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
 
 log = logging.getLogger(__name__)
-
-
-class Begun(Enum):
-    """What :meth:`Rebalancer.begin` did with a group."""
-
-    #: examined and nothing to do, or the attempt ended at once (its read or first write failed: retry scheduled)
-    SKIPPED = "skipped"
-    #: an attempt is running (the caller watches its members' channels)
-    STARTED = "started"
-    #: a rebalance is needed but there was no room: nothing was done, the caller queues the group again
-    DEFERRED = "deferred"
-
-
-class Step(Enum):
-    STOPPING = "stopping"
-    STARTING = "starting"
-
-
-class Mode(Enum):
-    """How an attempt moves partitions: stop everyone, then start everyone; or only what changes owner."""
-
-    EAGER = "eager"
-    INCREMENTAL = "incremental"
-
-
-@dataclass
-class Attempt:
-    """One attempt of one group's rebalance (mutable; owned by the worker thread)."""
-
-    group: str
-    generation: int
-    number: int  # 0 for the first attempt of this rebalance, 1.. for retries
-    plan: Plan
-    read: ReadResult
-    trigger: str
-    requested_at: float  # monotonic seconds: when the rebalance was first requested
-    step: Step = Step.STOPPING
-    mode: Mode = Mode.EAGER
-    #: incremental: who stops what, who starts (None when eager)
-    moves: Moves | None = None
-    #: the members this step's commands go to
-    recipients: frozenset[str] = frozenset()
-    #: the members that have a channel znode (listed once per attempt; each phase creates the missing ones)
-    channels: set[str] = field(default_factory=set)
-    prefix: str = ""
-    ops: list[Op] = field(default_factory=list)
-    outstanding: set[str] = field(default_factory=set)
-    state_version: int = -1
-    token: int = 0
-    step_started: float = 0.0
-    stop_done_at: float = 0.0
-    stop_ms: float = 0.0
-    #: a write whose outcome is unknown (connection lost); resumed on reconnect
-    uncertain: bool = False
 
 
 Schedule = Callable[[float, str, int], None]
@@ -128,6 +73,7 @@ class Rebalancer:
         *,
         schedule: Schedule,
         topics: Callable[[], Mapping[str, int]],
+        ack_watch: Callable[[WatchEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -137,6 +83,9 @@ class Rebalancer:
         self.journal = journal
         self.schedule = schedule
         self.topics = topics
+        #: the one-shot watch set on every command written (its deletion is the acknowledgement): it must only
+        #: enqueue, and the worker then calls :meth:`on_ack`
+        self.ack_watch = ack_watch
         self.clock = clock
         self.wall_ms = wall_ms
         self.epoch = writer.fence.term.epoch
@@ -149,6 +98,12 @@ class Rebalancer:
         self.migrating: set[str] = set()
         #: the ownership registries this term left behind, by group (see KnownRegistry: they save re-reading them)
         self.registries: dict[str, KnownRegistry] = {}
+        #: the member registrations this term read last, by group (see KnownMembers: they save re-reading them)
+        self.members: dict[str, KnownMembers] = {}
+        #: groups whose commands could not be watched (a connection loss): listed again on reconnecting
+        self.unwatched: set[str] = set()
+        #: by group, the members whose channel znode this term knows to exist (listed when one is not known)
+        self.channels: dict[str, set[str]] = {}
         self.metrics = Metrics()
         self._tokens = 0
 
@@ -173,7 +128,7 @@ class Rebalancer:
         """
         if read is None:
             try:
-                read = read_group(self.zk, group, self.registries.get(group))
+                read = read_group(self.zk, group, self.registries.get(group), self.members)
             except ZkError as e:
                 read = e
         if isinstance(read, ZkError):
@@ -262,12 +217,54 @@ class Rebalancer:
     def _move_fields(m: Moves) -> dict[str, object]:
         return {"revoking": sorted(m.revoke), "gaining": sorted(m.gain), "moved": m.moved}
 
-    def on_channel(self, group: str, consumer_id: str, children: list[str]) -> None:
-        """A member's channel changed: maybe its command was acknowledged (deleted)."""
+    def on_ack(self, event: WatchEvent) -> None:
+        """The watch on a command fired: deleted is acknowledged; anything else (a connection loss reset it) is
+        looked at again, with a new watch."""
+        parsed = paths.command_of(event.path)
+        if parsed is None:
+            return
+        group, consumer_id, name = parsed
         attempt = self.active.get(group)
         if attempt is None or consumer_id not in attempt.outstanding or attempt.uncertain:
             return
-        if any(name.startswith(attempt.prefix) for name in children):
+        if not name.startswith(attempt.prefix):
+            return  # a command of an earlier attempt
+        if event.kind is WatchKind.DELETED:
+            self._acked(attempt, consumer_id)
+        else:
+            self._watch_commands(attempt, [event.path])
+
+    def _watch_commands(self, attempt: Attempt, commands: list[str]) -> None:
+        """Watch ``commands`` (paths) of ``attempt``; those already gone are acknowledged now."""
+        try:
+            reads = self.zk.get_many(commands, watch=self.ack_watch)
+        except ZkError as e:
+            # Not watched: looked at again after the reconnect (or the phase times out and is retried).
+            log.warning("group %s: cannot watch its commands: %s", attempt.group, e)
+            self.unwatched.add(attempt.group)
+            return
+        prefix = attempt.prefix
+        for path, got in zip(commands, reads, strict=True):
+            parsed = paths.command_of(path)
+            if got is not None or parsed is None or self.active.get(attempt.group) is not attempt:
+                continue
+            if attempt.prefix != prefix:
+                return  # the last acknowledgement advanced the attempt: the rest were of the step before
+            self._acked(attempt, parsed[1])
+
+    def _on_listing(self, attempt: Attempt, consumer_id: str, children: list[str]) -> None:
+        """A member's channel as listed: acknowledged if none of this step's commands is left, else watched."""
+        if consumer_id not in attempt.outstanding:
+            return
+        mine = [name for name in children if name.startswith(attempt.prefix)]
+        if mine:
+            self._watch_commands(attempt, [f"{paths.channel(attempt.group, consumer_id)}/{name}" for name in mine])
+        else:
+            self._acked(attempt, consumer_id)
+
+    def _acked(self, attempt: Attempt, consumer_id: str) -> None:
+        group = attempt.group
+        if consumer_id not in attempt.outstanding:
             return
         attempt.outstanding.discard(consumer_id)
         self.journal.emit(
@@ -306,25 +303,37 @@ class Rebalancer:
         self._retry(attempt, f"timed out in {attempt.step.value} waiting for {', '.join(waiting[:5])}")
 
     def on_reconnected(self) -> None:
-        """Resume every phase write whose outcome the connection loss left unknown."""
+        """Resume every phase write whose outcome the connection loss left unknown, and look again at the commands
+        that could not be watched."""
         for attempt in list(self.active.values()):
             if attempt.uncertain:
                 self._resume(attempt)
+            elif attempt.group in self.unwatched:
+                self._recheck_acks(attempt)
+        self.unwatched.clear()
 
     def idle(self, group: str) -> bool:
         return group not in self.active
 
     # --- phases --------------------------------------------------------------------------------------------------
 
-    def _send_stop(self, attempt: Attempt) -> None:
-        g = attempt.group
+    def _know_channels(self, attempt: Attempt, members: frozenset[str]) -> bool:
+        """Make sure whether the channels of ``members`` exist is known (listing the group's channels when one is
+        not known to exist; a channel, once created, stays).  False if the listing failed (a retry is scheduled)."""
+        if members <= attempt.channels:
+            return True
         try:
-            attempt.channels = set(self.zk.get_children(paths.channel_root(g)))
+            attempt.channels |= set(self.zk.get_children(paths.channel_root(attempt.group)))
         except NoNodeError:
-            attempt.channels = set()
+            pass
         except ZkError as e:
             self._retry(attempt, f"cannot list the channels: {e}")
-            return
+            return False
+        return True
+
+    def _send_stop(self, attempt: Attempt) -> None:
+        g = attempt.group
+        attempt.channels = self.channels.setdefault(g, set())
         revoke = attempt.moves.revoke if attempt.moves is not None else None
         if revoke is not None and not revoke:
             # Nothing is taken from anyone (a member left, partitions were added): no barrier to wait for.
@@ -334,69 +343,24 @@ class Rebalancer:
         attempt.step = Step.STOPPING
         attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
         attempt.recipients = frozenset(attempt.plan.members if revoke is None else revoke)
-        ops = self._channel_ops(attempt)
-        for cid in sorted(attempt.recipients):
-            cmd = Command(
-                CommandOption.STOP_FETCHER,
-                self.epoch,
-                attempt.generation,
-                g,
-                issued_ms=self.wall_ms(),
-                revoke=None if revoke is None else revoke[cid],
-                incarnation=attempt.plan.members[cid],
-            )
-            ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
+        if not self._know_channels(attempt, attempt.recipients):
+            return
+        ops = channel_ops(attempt) + command_ops(attempt, CommandOption.STOP_FETCHER, self.epoch, self.wall_ms())
         self._write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
+        if attempt.moves is not None and self.active.get(g) is attempt and attempt.step is Step.STOPPING:
+            # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).
+            self._know_channels(attempt, attempt.moves.gain)
 
     def _send_start(self, attempt: Attempt) -> None:
-        g = attempt.group
         attempt.step = Step.STARTING
         attempt.stop_done_at = self.clock()
         attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.START_FETCHER)
-        incremental = attempt.moves is not None
         attempt.recipients = frozenset(attempt.plan.members if attempt.moves is None else attempt.moves.gain)
-        ops = self._channel_ops(attempt) + self._ownership_ops(attempt)
-        for cid in sorted(attempt.recipients):
-            owned = threads_of(attempt.plan.target, cid)
-            cmd = Command(
-                CommandOption.START_FETCHER,
-                self.epoch,
-                attempt.generation,
-                g,
-                owned,
-                self.wall_ms(),
-                incremental=incremental,
-                incarnation=attempt.plan.members[cid],
-            )
-            ops.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
+        if not self._know_channels(attempt, attempt.recipients):
+            return
+        ops = channel_ops(attempt) + ownership_ops(attempt)
+        ops += command_ops(attempt, CommandOption.START_FETCHER, self.epoch, self.wall_ms())
         self._write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
-
-    @staticmethod
-    def _channel_ops(attempt: Attempt) -> list[Op]:
-        """Create the channels this step's recipients lack (before their commands, in the same batch order)."""
-        missing = sorted(attempt.recipients - attempt.channels)
-        return [Op("create", paths.channel(attempt.group, cid)) for cid in missing]
-
-    def _ownership_ops(self, attempt: Attempt) -> list[Op]:
-        """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``."""
-        g, old, new = attempt.group, attempt.read.snapshot.owners, attempt.plan.target
-        unreadable = attempt.read.unreadable_owners  # they exist: overwritten or deleted, never created
-        ops: list[Op] = []
-        if new and not attempt.read.owners_root:
-            ops.append(Op("create", paths.owners_root(g)))
-        for topic in sorted(new):
-            if topic not in attempt.read.owner_topics:
-                ops.append(Op("create", paths.owners(g, topic)))
-            for p, thread in sorted(new[topic].items()):
-                held = old.get(topic, {}).get(p)
-                if held is None and (topic, p) not in unreadable:
-                    ops.append(Op("create", paths.owner(g, topic, p), encode_owner(thread)))
-                elif held != thread:
-                    ops.append(Op("set", paths.owner(g, topic, p), encode_owner(thread)))
-        for topic, p in sorted({(t, q) for t in old for q in old[t]} | unreadable):
-            if p not in new.get(topic, {}):
-                ops.append(Op("delete", paths.owner(g, topic, p)))
-        return ops
 
     def _state(self, attempt: Attempt, phase: GroupPhase, error: str = "") -> GroupState:
         return GroupState(
@@ -419,7 +383,7 @@ class Rebalancer:
         self._tokens += 1
         attempt.token = self._tokens
         try:
-            attempt.state_version = self.writer.write(
+            attempt.state_version, created = self.writer.write(
                 attempt.group, self._state(attempt, phase), state_version, ops, start
             )
         except PhaseWriteError as e:
@@ -427,11 +391,14 @@ class Rebalancer:
                 attempt.uncertain = True
                 log.warning("group %s: %s; will resume after reconnecting", attempt.group, e)
                 return
+            self.channels.pop(attempt.group, None)  # a channel deleted behind our back fails the write: list again
             self._retry(attempt, str(e))
             return
-        self._sent(attempt)
+        self._sent(attempt, created)
 
-    def _sent(self, attempt: Attempt) -> None:
+    def _sent(self, attempt: Attempt, created: list[str] | None = None) -> None:
+        """The step's commands are written (``created``: their paths, when known: not after a resume, which lists
+        the channels instead)."""
         attempt.uncertain = False
         attempt.channels |= attempt.recipients
         option = _option(attempt.step)
@@ -451,7 +418,9 @@ class Rebalancer:
                 partitions=partitions,
             )
         self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
-        if not attempt.outstanding:  # a group with no members has nothing to wait for
+        if created:
+            self._watch_commands(attempt, created)
+        elif not attempt.outstanding:  # a group with no members has nothing to wait for
             self._advance(attempt)
 
     def _resume(self, attempt: Attempt) -> None:
@@ -479,10 +448,11 @@ class Rebalancer:
         """Acknowledgements seen while the outcome was unknown were not counted: list the channels again."""
         members = sorted(attempt.outstanding)
         listings = self.zk.children_many([paths.channel(attempt.group, cid) for cid in members])
+        prefix = attempt.prefix
         for cid, children in zip(members, listings, strict=True):
-            if self.active.get(attempt.group) is not attempt:
-                return
-            self.on_channel(attempt.group, cid, children or [])
+            if self.active.get(attempt.group) is not attempt or attempt.prefix != prefix:
+                return  # ended, or advanced by the last acknowledgement: these listings are of the step before
+            self._on_listing(attempt, cid, children or [])
 
     def _advance(self, attempt: Attempt) -> None:
         if attempt.step is Step.STOPPING:

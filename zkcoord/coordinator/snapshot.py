@@ -50,9 +50,31 @@ class KnownRegistry:
     owners: dict[str, dict[int, str]]
 
 
-def read_group(zk: ZkClient, group: str, known: KnownRegistry | None = None) -> ReadResult:
+#: A group's ``ids`` as listed: the children and the ``cversion`` of ``ids`` at that listing.
+Listing = tuple[list[str], int]
+
+
+@dataclass
+class KnownMembers:
+    """A group's member registrations as last read, at the ``ids`` listing with ``cversion``.
+
+    A registration never changes while its znode lives (a consumer that registers again makes a new znode, with a
+    new ``czxid``), so a later listing needs only the new names read -- provided no name was deleted and created
+    again in between, which the ``cversion`` tells: it counts every creation and deletion of a child, so when it
+    grew by exactly the number of names added and removed, nothing else happened.
+    """
+
+    cversion: int
+    names: frozenset[str]
+    members: dict[str, Member]
+
+
+def read_group(
+    zk: ZkClient, group: str, known: KnownRegistry | None = None, members: dict[str, KnownMembers] | None = None
+) -> ReadResult:
     """Read members, state and ownership registry of ``group``.  :raises ZkError: on I/O failure."""
-    result = read_groups(zk, [group], known_registries={group: known} if known else None)[group]
+    registries = {group: known} if known else None
+    result = read_groups(zk, [group], known_registries=registries, known_members=members)[group]
     if isinstance(result, ZkError):
         raise result
     return result
@@ -61,8 +83,9 @@ def read_group(zk: ZkClient, group: str, known: KnownRegistry | None = None) -> 
 def read_groups(
     zk: ZkClient,
     groups: Sequence[str],
-    member_ids: Mapping[str, Sequence[str]] | None = None,
+    member_ids: Mapping[str, Listing] | None = None,
     known_registries: Mapping[str, KnownRegistry] | None = None,
+    known_members: dict[str, KnownMembers] | None = None,
 ) -> dict[str, ReadResult | ZkError]:
     """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
     dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
@@ -71,6 +94,8 @@ def read_groups(
     to it, and it examines the group again then); those groups' ``ids`` are not listed again.
     ``known_registries``: registries this coordinator wrote (:class:`KnownRegistry`); a group whose state version
     still matches is not read beyond its members and state.
+    ``known_members``: the caller's cache of registrations (:class:`KnownMembers`), used and updated in place: only
+    registrations not known at an unchanged incarnation are read.
 
     Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
     them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
@@ -82,17 +107,22 @@ def read_groups(
         # The Kafka 0.8 registry of each group is listed too (absent for nearly every group: one cheap NoNode), so
         # that zk-client members are seen even when no member of ours says the group is migrating.
         n = len(groups)
-        listings = zk.children_many(
-            [paths.owners_root(g) for g in groups]
-            + [legacy_paths.ids(g) for g in groups]
-            + [paths.group_ids(g) for g in unlisted]
-        )
+        listings = zk.children_many([paths.owners_root(g) for g in groups] + [legacy_paths.ids(g) for g in groups])
         topics = {g: listings[i] for i, g in enumerate(groups)}
         legacy_ids = {g: listings[n + i] or [] for i, g in enumerate(groups)}
-        ids = {g: sorted(known[g]) for g in groups if g in known}
-        ids.update((g, sorted(got or [])) for g, got in zip(unlisted, listings[2 * n :], strict=True))
-        reads = zk.get_many([p for g in groups for p in (*(paths.member(g, c) for c in ids[g]), paths.group_state(g))])
-        cached = _still_known(groups, ids, reads, known_registries or {})
+        listed = {g: known[g] for g in groups if g in known}
+        ids_stats = zk.children_stat_many([paths.group_ids(g) for g in unlisted])
+        listed.update(
+            (g, ([], -1) if got is None else (got[0], got[1].cversion))
+            for g, got in zip(unlisted, ids_stats, strict=True)
+        )
+        cache = known_members if known_members is not None else {}
+        ids = {g: sorted(listed[g][0]) for g in groups}
+        fresh = {g: _to_read(ids[g], listed[g][1], cache.get(g)) for g in groups}
+        reads = zk.get_many(
+            [p for g in groups for p in (*(paths.member(g, c) for c in fresh[g]), paths.group_state(g))]
+        )
+        cached = _still_known(groups, fresh, reads, known_registries or {})
         topic_keys = [(g, t) for g in groups if g not in cached for t in sorted(topics[g] or [])]
         partition_lists = zk.children_many([paths.owners(g, t) for g, t in topic_keys])
         rejected: dict[str, list[tuple[str, str]]] = {g: [] for g in groups}
@@ -121,12 +151,31 @@ def read_groups(
             unreadable[g].add((topic, partition))
     at = 0
     for g in groups:
-        n = len(ids[g])
-        read = _decode(g, ids[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g])
+        n = len(fresh[g])
+        previous = cache.get(g)
+        kept = {c: m for c, m in previous.members.items() if c in set(ids[g])} if previous and n < len(ids[g]) else {}
+        read = _decode(
+            g, fresh[g], reads[at : at + n + 1], owners=owners[g], topics=topics[g], rejected=rejected[g], kept=kept
+        )
         out[g] = dataclasses.replace(read, unreadable_owners=frozenset(unreadable[g])) if unreadable[g] else read
+        if listed[g][1] >= 0:
+            cache[g] = KnownMembers(listed[g][1], frozenset(ids[g]), dict(read.snapshot.members))
         at += n + 1
     _with_legacy_members(zk, out, legacy_ids)
     return out
+
+
+def _to_read(names: list[str], cversion: int, known: KnownMembers | None) -> list[str]:
+    """The members of a listing whose registrations must be read: all of them, unless ``known`` is the same
+    registry at an earlier ``cversion`` and the difference accounts for every change since (see
+    :class:`KnownMembers`); then only the names not known (new ones, and those that could not be read or decoded)."""
+    if known is None or cversion < 0:
+        return names
+    now = set(names)
+    changes = len(now - known.names) + len(known.names - now)
+    if cversion - known.cversion != changes:
+        return names
+    return [c for c in names if c not in known.members]
 
 
 def _still_known(
@@ -154,9 +203,11 @@ def _decode(
     owners: dict[str, dict[int, str]],
     topics: list[str] | None,
     rejected: list[tuple[str, str]],
+    kept: Mapping[str, Member],
 ) -> ReadResult:
-    """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``)."""
-    members: dict[str, Member] = {}
+    """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``);
+    ``kept``: registrations known already, not read again."""
+    members: dict[str, Member] = dict(kept)
     for cid, got in zip(member_ids, reads[:-1], strict=True):
         if got is None:
             continue  # left between the listing and the read
