@@ -109,6 +109,7 @@ class Consumer:
         self._started_at = self.clock()
         sent = self.clock()
         self.zk.start()
+        self._fit_lease()
         self.lease.renew(sent)
         self.zk.add_listener(self._on_state)
         self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
@@ -123,10 +124,17 @@ class Consumer:
         )
         return self
 
+    def _fit_lease(self) -> None:
+        """The lease is a fraction of the session timeout the server *granted* (it may be shorter than asked for:
+        a lease as long as the requested one could outlive the session, S6)."""
+        self.lease.resize(lease_duration(self.zk.session_timeout_s, self.config.lease_fraction))
+
     def _on_state(self, state: ConnState) -> None:
         """kazoo's connection thread: void the lease at once (the command thread may be busy for a while before it
         sees this), then hand the change to the command thread."""
-        if state is not ConnState.CONNECTED:
+        if state is ConnState.CONNECTED:
+            self._fit_lease()  # before any round trip of this session can renew it
+        else:
             self.lease.invalidate()
         self._events.put(("state", state))
 

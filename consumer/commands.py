@@ -76,6 +76,10 @@ class CommandHandler:
         self.last_rebalance: Rebalance | None = None
         self._stop_received_at: float | None = None
         self._applied: set[str] = set()
+        self._unacked: set[str] = set()  # applied, acknowledgement not yet known to have landed
+        #: positions of partitions stopped whose commit has not succeeded yet (a connection loss under it): the
+        #: stop is redelivered and must commit them before it is acknowledged (S3)
+        self._unsettled: dict[TopicPartition, int] = {}
         self._commit_lock = threading.Lock()
         self._lost = False
 
@@ -130,7 +134,7 @@ class CommandHandler:
 
     def _on_close(self) -> None:
         if not self._lost and self.c.lease.valid():
-            self._commit_quietly(self.c.fetcher.positions())
+            self._commit_quietly({**self._unsettled, **self.c.fetcher.positions()})
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
         self._release()
@@ -158,6 +162,7 @@ class CommandHandler:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
             c.fetcher.revoke("session lost")
+            self._unsettled.clear()  # commit nothing: the partitions may be someone else's by now
             with self._commit_lock:
                 c.offsets.release()
                 if c.bridge is not None:
@@ -192,8 +197,11 @@ class CommandHandler:
         c = self.c
         channel = paths.channel(c.config.group, c.consumer_id)
         self._applied &= set(children)  # forget names that are gone
+        self._unacked &= self._applied
         for name in sorted(children, key=sequence_of):
             if name in self._applied:
+                if name in self._unacked:  # applied, but the delete was lost with the connection
+                    self._ack(f"{channel}/{name}", name)
                 continue
             path = f"{channel}/{name}"
             if not name.startswith(paths.COMMAND_PREFIX) or sequence_of(name) < 0:
@@ -254,10 +262,8 @@ class CommandHandler:
             self._journal_applied(name, command, len(revoked))
             return acked
         self._stop_received_at = c.clock()
-        revoked = list(c.fetcher.assignment())
-        positions = c.fetcher.revoke("stop-fetcher")
-        if not self._lost:
-            self._commit_quietly(positions)  # S3: commit before acknowledging the stop
+        revoked = sorted({*c.fetcher.assignment(), *self._unsettled})
+        self._commit_stopped(c.fetcher.revoke("stop-fetcher"))  # S3: commit before acknowledging the stop
         self._release()
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
@@ -270,13 +276,11 @@ class CommandHandler:
         """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them, and whether the command
         ``ack`` was deleted (acknowledged) in the commit's transaction -- after the commit, never before it."""
         c = self.c
-        revoked = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
+        stopping = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
+        revoked = sorted({*stopping, *self._unsettled})  # with any a failed commit left (this stop, redelivered)
         if not revoked:
             return [], False
-        positions = c.fetcher.revoke_some(revoked, reason)
-        acked = False
-        if not self._lost:
-            acked = self._commit_quietly(positions, ack)
+        acked = self._commit_stopped(c.fetcher.revoke_some(stopping, reason) if stopping else {}, ack)
         with self._commit_lock:
             c.offsets.release(revoked)
         if self.on_revoked is not None:
@@ -368,9 +372,12 @@ class CommandHandler:
         )
 
     def _ack(self, path: str, name: str) -> None:
+        """Acknowledge (delete) an applied command.  :raises ZkError: it stays to delete when redelivered."""
         self._applied.add(name)
+        self._unacked.add(name)
         with contextlib.suppress(NoNodeError):
             self.c.zk.delete(path)
+        self._unacked.discard(name)
 
     def _reject(self, name: str, command: Command | None, reason: str) -> None:
         c = self.c
@@ -425,6 +432,19 @@ class CommandHandler:
         """A migrating consumer's commits go to the 0.8 offsets too (commit lock held)."""
         if self.c.bridge is not None:
             self.c.bridge.commit(positions)
+
+    def _commit_stopped(self, positions: dict[TopicPartition, int], ack: str | None = None) -> bool:
+        """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
+        deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
+        acknowledged meanwhile (S3).  After a session loss nothing is committed (the partitions may be someone
+        else's)."""
+        self._unsettled.update(positions)
+        if self._lost:
+            self._unsettled.clear()
+            return False
+        acked = self._commit_quietly(dict(self._unsettled), ack)
+        self._unsettled.clear()
+        return acked
 
     def _commit_quietly(self, positions: dict[TopicPartition, int], ack: str | None = None) -> bool:
         """Commit, logging a fenced partition; True if ``ack`` was deleted with it."""

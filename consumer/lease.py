@@ -103,6 +103,18 @@ class Lease:
             self._deadline = sent_at + self.duration_s
             return True
 
+    def resize(self, duration_s: float) -> None:
+        """Hold each renewal for ``duration_s`` from now on (the server granted another session timeout than the
+        one asked for).  A shorter lease also cuts the current deadline short.
+
+        :raises ValueError: ``duration_s`` is not positive.
+        """
+        if not duration_s > 0:
+            raise ValueError(f"lease duration must be positive, got {duration_s}")
+        with self._lock:
+            self.duration_s = duration_s
+            self._deadline = min(self._deadline, self._sent_at + duration_s)
+
     def invalidate(self) -> None:
         """End the lease now (on SUSPENDED or LOST): :meth:`valid` is False until a round trip sent after this
         call is acknowledged.  Idempotent.

@@ -41,7 +41,7 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from zkcoord import errors
 from zkcoord.errors import ConfigurationError
-from zkcoord.zk_handler import PollThreadingHandler
+from zkcoord.zk_handler import PollThreadingHandler, on_negotiated_timeout
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,9 @@ class ZkClient:
         self.config = config
         self.name = name
         self._kazoo: KazooClient | None = None
+        #: the session timeout the server granted to the current session (set before CONNECTED is reported); the
+        #: requested one until the first connection
+        self.session_timeout_s = config.session_timeout_s
         self._listeners: list[Callable[[ConnState], None]] = []
         self._lock = threading.Lock()
 
@@ -340,13 +343,18 @@ class ZkClient:
     def _new_kazoo(self, hosts: str) -> KazooClient:
         # connection_retry: keep reconnecting forever (the session timeout decides when the session is dead, not
         # the client).  No command_retry: callers choose what is safe to retry (see :meth:`retry`).
-        return KazooClient(
+        client = KazooClient(
             hosts=hosts,
             timeout=self.config.session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             logger=logging.getLogger(f"kazoo.{self.name}"),
             handler=PollThreadingHandler(),
         )
+        on_negotiated_timeout(client, self._granted)
+        return client
+
+    def _granted(self, seconds: float) -> None:
+        self.session_timeout_s = seconds
 
     def _ensure_chroot(self) -> None:
         root = self._new_kazoo(self.config.address.servers)

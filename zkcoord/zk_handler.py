@@ -14,10 +14,13 @@ the ``selectors_module`` hook it uses is kazoo's own (``kazoo.handlers.utils.sel
 from __future__ import annotations
 
 import selectors
+from collections.abc import Callable
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
+from kazoo.protocol.serialization import Connect
 
 
 class _PollSelectors:
@@ -33,3 +36,23 @@ class PollThreadingHandler(SequentialThreadingHandler):  # type: ignore[misc]
 
     def select(self, *args: Any, **kwargs: Any) -> Any:
         return selector_select(*args, selectors_module=_PollSelectors, **kwargs)
+
+
+def on_negotiated_timeout(client: KazooClient, record: Callable[[float], None]) -> None:
+    """Call ``record(seconds)`` with the session timeout the server grants, each time a session is (re)connected,
+    before kazoo reports the connection to its listeners.
+
+    The server clamps the requested timeout to its ``[minSessionTimeout, maxSessionTimeout]``; kazoo only logs the
+    value it was granted.  This wraps the client's connection handler's request method (kazoo's own, as the
+    handler above uses kazoo's ``selectors_module`` hook) to see the reply to the ``Connect`` request.
+    """
+    connection = client._connection
+    invoke = connection._invoke
+
+    def invoke_and_record(timeout: float, request: Any, xid: int | None = None) -> Any:
+        result = invoke(timeout, request, xid)
+        if isinstance(request, Connect) and result[0].time_out > 0:
+            record(result[0].time_out / 1000.0)
+        return result
+
+    connection._invoke = invoke_and_record

@@ -143,3 +143,20 @@ def test_the_lease_is_valid_exactly_when_an_acknowledged_round_trip_sent_after_t
         expected = bool(counted) and clock() < max(counted) + duration
         assert lease.valid() == expected
         assert lease.deadline <= max(acknowledged, default=-math.inf) + duration  # never beyond what was heard
+
+
+def test_a_shorter_granted_session_shortens_the_lease_at_once() -> None:
+    clock = FakeClock()
+    lease = Lease(5.0, clock=clock)
+    sent = lease.now()
+    assert lease.renew(sent)
+    lease.resize(0.5)  # the server granted a 1 s session instead of the 10 s asked for
+    assert lease.deadline == sent + 0.5
+    clock.advance(0.6)
+    assert not lease.valid()
+    assert lease.renew(lease.now())
+    assert lease.deadline == clock.now + 0.5
+    lease.resize(2.0)  # a longer one applies from the next renewal, never to the current deadline
+    assert lease.deadline == clock.now + 0.5
+    with pytest.raises(ValueError, match="positive"):
+        lease.resize(0)

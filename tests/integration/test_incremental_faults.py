@@ -1,0 +1,251 @@
+"""Faults around incremental rebalances, against a real ZooKeeper with real processes and signals: a coordinator
+killed between the partial stops and the start, a member SIGKILLed mid-run, a commit lost to a connection loss under
+a partial stop (never acknowledged before its commit: S3), and a server that grants shorter sessions than asked
+for (the lease follows the granted timeout: S6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import signal
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer import Consumer
+from consumer.records import TopicPartition
+from tests.integration.test_consumer import drain, make, produce
+from tests.integration.test_consumer_e2e import Run, _id
+from tests.integration.test_coordinator import Cluster
+from tests.integration.test_incremental import INCREMENTAL, started
+from tests.ledger import Ledger
+from tests.zkutil import TEST_CONFIG, ZkFactory
+from zkcoord import faults, paths
+from zkcoord.errors import ZkUnavailableError
+from zkcoord.procs import ChildProcess, wait_until
+from zkcoord.topics import TopicAdmin
+from zkcoord.znodes import GroupPhase
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def run(zk_hosts: str, tmp_path: Path) -> Iterator[Run]:
+    with ExitStack() as stack:
+        yield Run(zk_hosts, tmp_path, stack)
+
+
+def _broker(run: Run, broker_id: int, fault_dir: Path) -> ChildProcess:
+    args = ["broker", "--id", str(broker_id), *run.common(), "--rebalance-timeout", "5"]
+    proc = ChildProcess(args, run.root / f"broker-{broker_id}.log", env={faults.DIR_ENV: str(fault_dir)})
+    run.stack.enter_context(proc)
+    return proc
+
+
+def _coordinator(run: Run) -> int | None:
+    try:
+        return int(json.loads(run.zk.get(paths.COORDINATOR)[0])["brokerid"])
+    except Exception:  # noqa: BLE001 (absent between terms)
+        return None
+
+
+def test_a_takeover_between_an_incremental_revoke_and_its_start(run: Run) -> None:
+    """Broker 1 dies after the losers acknowledged their partial stop, before the gainer's start: broker 2 finds the
+    group STOPPING and rebalances eagerly.  Nothing may be owned twice, lost, or duplicated."""
+    fault_dir = run.root / "faults"
+    fault_dir.mkdir()
+    first = _broker(run, 1, fault_dir)
+    wait_until(lambda: _coordinator(run) == 1, 30, "broker 1 coordinating")
+    _broker(run, 2, fault_dir)
+    TopicAdmin(run.zk).create("t", 12)
+    consumers = [run.consumer("x", "t", extra=INCREMENTAL) for _ in range(3)]
+    run.wait_members("x", 3)
+    producer = run.producer("t", 20_000, 4_000)
+    wait_until(lambda: Ledger.read(run.journal, "x").consumed != {}, 30, "consumption to begin")
+    faults.arm(fault_dir, first.proc.pid, "coordinator.before_start", "kill")
+    consumers.append(run.consumer("x", "t", extra=INCREMENTAL))
+    first.proc.wait(timeout=30)  # killed itself once the partial stops were acknowledged
+    assert started(run, "x", "incremental"), "the join was not rebalanced incrementally"
+    wait_until(lambda: _coordinator(run) == 2, 30, "broker 2 elected")
+    run.wait_members("x", 4)
+    assert producer.wait(60) == 0
+    ledger = run.wait_consumed_all("x", {"t"})
+    assert ledger.overlaps() == [], "two consumers owned a partition at the same time"
+    assert ledger.duplicates() == {}, "no consumer crashed: nothing may be consumed twice"
+    for c in consumers:
+        c.signal(signal.SIGTERM)
+        assert c.wait(20) == 0
+
+
+def test_incremental_joins_leaves_growth_and_a_crash(run: Run) -> None:
+    """The eager end-to-end scenario, incrementally, plus a SIGKILLed member whose partitions are taken free."""
+    run.broker()
+    admin = TopicAdmin(run.zk)
+    admin.create("a", 8)
+    admin.create("b", 8)
+    consumers = [run.consumer("g", "a", "b", extra=INCREMENTAL) for _ in range(3)]
+    run.wait_members("g", 3)
+    producers = [run.producer("a", 20_000, 4_000), run.producer("b", 20_000, 4_000)]
+    wait_until(lambda: Ledger.read(run.journal, "g").consumed != {}, 30, "consumption to begin")
+    consumers.append(run.consumer("g", "a", "b", extra=INCREMENTAL))
+    run.wait_members("g", 4)
+    consumers[0].signal(signal.SIGTERM)
+    assert consumers[0].wait(20) == 0
+    run.wait_members("g", 3)
+    admin.alter("a", 12)
+    victim = consumers[1]
+    wait_until(lambda: bool(_id(run, victim)), 10, "victim id")
+    victim.signal(signal.SIGKILL)
+    victim.wait(10)
+    run.wait_members("g", 2)
+    for p in producers:
+        assert p.wait(60) == 0
+    ledger = run.wait_consumed_all("g", {"a", "b"})
+    assert ledger.consumed.get(("a", 11))
+    assert ledger.overlaps() == [], "two consumers owned a partition at the same time"
+    victim_id = _id(run, victim)
+    uncommitted: set[tuple[tuple[str, int], int]] = set()
+    for _ts, topic, partition, first, last in ledger.deliveries.get(victim_id, []):
+        floor = ledger.committed.get((victim_id, (topic, partition)), 0)
+        uncommitted.update(((topic, partition), o) for o in range(max(first, floor), last + 1))
+    dups = {(tp, o) for tp, offsets in ledger.duplicates().items() for o in offsets}
+    assert dups <= uncommitted, f"{len(dups - uncommitted)} duplicates were not the killed consumer's uncommitted"
+    assert started(run, "g", "incremental")
+    state = run.state("g")
+    assert state is not None and state.phase is GroupPhase.STABLE
+    for c in (consumers[2], consumers[3]):
+        c.signal(signal.SIGTERM)
+        assert c.wait(20) == 0
+
+
+# --- a lost commit, a shorter session than asked for --------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        yield Cluster(zk_hosts, tmp_path / "journal", stack)
+
+
+def test_a_partial_stop_is_not_acknowledged_before_its_commit_succeeds(cluster: Cluster, tmp_path: Path) -> None:
+    """S3/S4: "a consumer commits its offsets before it acknowledges stop-fetcher".  If the commit transaction of a
+    partial stop fails with a connection loss (ZkUnavailableError: nothing committed, nothing deleted),
+    CommandHandler._revoke has already taken the partitions out of the fetcher; the channel is redelivered, _revoke
+    finds nothing to revoke and the stop is acknowledged (CommandHandler._ack) with nothing committed.  The gainer
+    starts from the old committed offset and hands out again what the loser handed out, although no consumer
+    crashed."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data = tmp_path / "data"
+    produce(data, "t", 2, 50)
+    with ExitStack() as stack:
+        a = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
+        cluster.wait_stable("g", 1)
+        wait_until(lambda: len(a.assignment()) == 2, 10, "a holds both partitions")
+        assert len(drain(a, 100)) == 100  # a handed out everything; nothing committed yet (auto-commit off)
+        real_commit = a.offsets.commit
+        failures: list[dict[TopicPartition, int]] = []
+
+        def flaky(positions: Mapping[TopicPartition, int], *args: Any, **kw: Any) -> dict[TopicPartition, int]:
+            if not failures:  # the first commit of the partial stop: the connection drops under it
+                failures.append(dict(positions))
+                raise ZkUnavailableError("connection loss (injected)")
+            return real_commit(positions, *args, **kw)
+
+        a.offsets.commit = flaky  # type: ignore[method-assign,assignment,unused-ignore]
+        b = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
+        cluster.wait_stable("g", 2)
+        wait_until(lambda: len(b.assignment()) == 1, 10, "b gained one partition")
+        assert failures, "the partial stop's commit was never attempted"
+        (moved,) = b.assignment()
+        assert failures[0] == {moved: 50}
+        # S3: the stop was acknowledged, so the loser's position was committed first (by the redelivered stop),
+        # and the gainer starts after everything a handed out.
+        committed = cluster.admin_zk.get(paths.offset("g", moved.topic, moved.partition))[0]
+        assert committed == b"50", f"stop acknowledged with {moved} at {committed!r}, not 50"
+        assert b.fetcher.positions() == {moved: 50}
+        assert b.poll(0.2) == []
+
+
+def _negotiated_timeout_ms(records: list[logging.LogRecord]) -> int:
+    for record in records:
+        found = re.search(r"negotiated session timeout: (\d+)", record.getMessage())
+        if found:
+            return int(found.group(1))
+    raise AssertionError("kazoo did not log the negotiated session timeout")
+
+
+def test_the_lease_is_shorter_than_the_negotiated_session_timeout(zk_factory: ZkFactory, tmp_path: Path) -> None:
+    """S6 (pre-existing): the consumer's lease is a fraction of the *requested* session timeout
+    (consumer/client.py), while lease.lease_duration says to use the one the server *negotiated*.  A server whose
+    maxSessionTimeout is below twice the requested value expires the session while the lease is still valid: a
+    consumer paused for longer than the negotiated timeout wakes up with a valid lease and may fetch and hand out
+    records of partitions the coordinator has already given away (the incremental path, with no stop at all)."""
+    server = zk_factory.server(dataclasses.replace(TEST_CONFIG, max_session_timeout_ms=1_000))
+    hosts = server.connect_string
+    logger = logging.getLogger("kazoo")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(level=1)
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(1)
+    try:
+        with ExitStack() as stack:
+            cluster = Cluster(hosts, tmp_path / "journal", stack)
+            cluster.broker(1)
+            TopicAdmin(cluster.admin_zk).create("t", 1)
+            records.clear()
+            consumer: Consumer = make(cluster, tmp_path / "data", stack)  # requests 4 s: lease 2 s
+            negotiated = _negotiated_timeout_ms(records)
+            assert negotiated == 1_000
+            assert consumer.lease.duration_s * 1000 < negotiated, (
+                f"lease {consumer.lease.duration_s} s outlives the {negotiated} ms session the server granted"
+            )
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def test_a_paused_member_wakes_up_fenced_when_the_server_caps_the_session_timeout(
+    zk_factory: ZkFactory, tmp_path: Path
+) -> None:
+    """The consequence of the lease bug above, end to end: the server grants 1 s sessions, the processes ask for
+    10 s (lease 5 s).  A member paused for 3 s loses its session after about 1 s and its partitions are taken by the
+    other member (incrementally: no stop); when it wakes its lease is still valid, so until kazoo reports the
+    disconnection its fetchers and poll() are open on partitions the other member is fetching.  The journal's
+    verdict (Ledger.overlaps) reports the overlap; with a lease shorter than the granted session it cannot."""
+    server = zk_factory.server(dataclasses.replace(TEST_CONFIG, max_session_timeout_ms=1_000))
+    with ExitStack() as stack:
+        run = Run(server.connect_string, tmp_path, stack, session="10")
+        run.broker()
+        TopicAdmin(run.zk).create("t", 4)
+        sleeper = run.consumer("s", "t", extra=INCREMENTAL)
+        other = run.consumer("s", "t", extra=INCREMENTAL)
+        run.wait_members("s", 2)
+        producer = run.producer("t", 20_000, 2_000)
+        wait_until(lambda: bool(_id(run, sleeper)), 10, "consumer id")
+        sleeper_id = _id(run, sleeper)
+        wait_until(lambda: sleeper_id in Ledger.read(run.journal, "s").deliveries, 30, "the sleeper consuming")
+        sleeper.signal(signal.SIGSTOP)
+        paused = time.monotonic()
+        run.wait_members("s", 1, timeout=30)  # its 1 s session expired; the other took every partition
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - paused)))
+        sleeper.signal(signal.SIGCONT)
+        run.wait_members("s", 2, timeout=30)
+        assert producer.wait(60) == 0
+        ledger = run.wait_consumed_all("s", {"t"})
+        assert ledger.overlaps() == [], "two consumers owned a partition at the same time"
+        for c in (sleeper, other):
+            c.signal(signal.SIGTERM)
+            assert c.wait(20) == 0
