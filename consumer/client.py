@@ -42,7 +42,7 @@ from consumer.shared import ConsumerMetrics
 from zkcoord import paths
 from zkcoord.errors import NodeExistsError, ZkError
 from zkcoord.journal import Journal
-from zkcoord.zk import ConnState, ZkClient, ZkConfig
+from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
@@ -150,17 +150,15 @@ class Consumer:
         if self.bridge is not None:
             self.bridge.register(reg, self.config.session_timeout_s * 2, self._closing)
         path = paths.member(self.config.group, self.consumer_id)
+        stat: Stat | None
         try:
-            self.zk.create(path, reg.encode(), ephemeral=True, makepath=True)
+            stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
         except NodeExistsError:
             stat = self.zk.exists(path)
             if stat is None or stat.ephemeralOwner != self.zk.session_id:
                 raise
-        else:
-            stat = self.zk.exists(path)
         # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
-        # (None if the session ended in between: the loss is handled, and registration done again, next.)
-        self.incarnation = stat.czxid if stat is not None else None
+        self.incarnation = stat.czxid
         self.registrations += 1
         self.registered_session = self.zk.session_id
         self.journal.emit(

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
@@ -456,6 +456,12 @@ class ZkClient:
         with translate(path):
             created: str = self.kazoo.create(path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
         return created
+
+    def create_stat(self, path: str, value: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> Stat:
+        """Create ``path`` and return its stat, in the same round trip (ZooKeeper's create2)."""
+        with translate(path):
+            _, stat = self.kazoo.create(path, value, ephemeral=ephemeral, makepath=makepath, include_data=True)
+        return cast(Stat, stat)
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
         with translate(path):

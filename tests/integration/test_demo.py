@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
+from zkcoord.journal import read_journal
 from zkcoord.scenario.faults import FAULTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
@@ -80,3 +81,21 @@ def test_migration_scenario_keeps_s2_and_s3_and_a_naive_migration_breaks_s2(tmp_
     runs = {r["run"]: r for r in report["verdict"]["runs"]}
     assert runs["safe"]["ok"], runs["safe"]
     assert runs["unsafe"]["properties"]["S2"]["count"] > 0, "rolling without --migrating did not break S2"
+
+
+def test_every_fault_kind_keeps_every_property_under_incremental_rebalances(tmp_path: Path) -> None:
+    out = run_cli(
+        "demo", "--rebalance", "incremental", "--no-contrast", "--duration", "36",
+        "--run-dir", str(tmp_path / "inc"), "--json", timeout=900,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    (safe,) = report["runs"]
+    for kind, evidence in EVIDENCE.items():
+        assert safe["faults"].get(evidence, 0) >= 1, f"fault {kind} was not injected"
+    assert report["verdict"]["runs"][0]["ok"], report["verdict"]["runs"][0]
+    journal = read_journal(tmp_path / "inc" / "safe" / "journal")
+    modes = [e.fields.get("mode") for e in journal if e.event == "rebalance.started"]
+    # Most rebalances moved only what changed; each group's first, and the faults' aftermaths (a retry, a takeover),
+    # were eager.
+    assert modes.count("incremental") > modes.count("eager") > 0, modes

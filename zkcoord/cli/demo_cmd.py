@@ -52,6 +52,13 @@ def _list() -> None:
     help="After the safe run, run the same scenario with the fences off.",
 )
 @click.option("--session-timeout", type=click.FloatRange(1, 60), default=3.0, show_default=True)
+@click.option(
+    "--rebalance",
+    type=click.Choice(["eager", "incremental"]),
+    default="eager",
+    show_default=True,
+    help="How the consumers ask to be rebalanced (incremental: only what changes owner moves).",
+)
 @click.option("--rate", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Records/s per topic.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master for the verdict.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
@@ -66,6 +73,7 @@ def demo(
     unsafe: bool,
     contrast: bool,
     session_timeout: float,
+    rebalance: str,
     rate: int,
     master: str,
     as_json: bool,
@@ -83,7 +91,7 @@ def demo(
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     base = run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     variants = [True] if unsafe else ([False, True] if contrast else [False])
-    workload = Workload(session_timeout_s=session_timeout, rate=rate)
+    workload = Workload(session_timeout_s=session_timeout, rate=rate, rebalance=rebalance)
     results: list[RunResult] = []
     for unsafe_variant in variants:
         label = "unsafe" if unsafe_variant else "safe"

@@ -43,6 +43,8 @@ class Workload:
     wildcard_consumers: int = 2
     rate: int = 200  # records/s per topic
     session_timeout_s: float = 3.0
+    #: how the coordinator's consumers ask to be rebalanced: ``eager`` or ``incremental`` (docs/protocol.md)
+    rebalance: str = "eager"
 
     @property
     def topics(self) -> list[str]:
@@ -159,6 +161,8 @@ class RunCluster:
             args += LEGACY_ARGS
         elif kind == "migrating" and not self.unsafe:
             args.append("--migrating")
+        if kind != "zk-client" and w.rebalance == "incremental":
+            args += ["--rebalance", "incremental"]
         if self.unsafe and kind != "zk-client":
             args.append("--unsafe")
         member = Member(group, self._spawn(args, f"consumer-{group}-{self._next()}"), via_proxy, kind)
