@@ -232,7 +232,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
         assert consumer.assignment() == {}
 
         # A re-registration that fails is tried again, until the consumer is back in both registries.
-        create = consumer.zk.create
+        create = consumer.zk.create_stat  # how a consumer registers (create2: its czxid in the same round trip)
         failures = [ZkUnavailableError("injected connection loss")]
 
         def flaky_create(path: str, *args: Any, **kwargs: Any) -> Any:
@@ -240,7 +240,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
                 raise failures.pop()
             return create(path, *args, **kwargs)
 
-        consumer.zk.create = flaky_create  # type: ignore[method-assign]
+        consumer.zk.create_stat = flaky_create  # type: ignore[method-assign]
         expire_session(consumer.zk.kazoo)
         wait_until(lambda: consumer.registrations >= 3 and not consumer.handler._lost, 15, "registered a third time")
         assert not failures, "the injected failure was never met"
