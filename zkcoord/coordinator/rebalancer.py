@@ -35,6 +35,7 @@ Threads: every method runs on the coordinator's worker thread; nothing here bloc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -305,12 +306,13 @@ class Rebalancer:
     def on_reconnected(self) -> None:
         """Resume every phase write whose outcome the connection loss left unknown, and look again at the commands
         that could not be watched."""
+        # Taken first: a group that fails again while being looked at is added back, for the next reconnect.
+        todo, self.unwatched = self.unwatched, set()
         for attempt in list(self.active.values()):
             if attempt.uncertain:
                 self._resume(attempt)
-            elif attempt.group in self.unwatched:
+            elif attempt.group in todo:
                 self._recheck_acks(attempt)
-        self.unwatched.clear()
 
     def idle(self, group: str) -> bool:
         return group not in self.active
@@ -348,8 +350,10 @@ class Rebalancer:
         ops = channel_ops(attempt) + command_ops(attempt, CommandOption.STOP_FETCHER, self.epoch, self.wall_ms())
         self._write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
         if attempt.moves is not None and self.active.get(g) is attempt and attempt.step is Step.STOPPING:
-            # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).
-            self._know_channels(attempt, attempt.moves.gain)
+            # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).  A
+            # failure here costs nothing: the start step lists them again.
+            with contextlib.suppress(ZkError):
+                attempt.channels |= set(self.zk.get_children(paths.channel_root(g)))
 
     def _send_start(self, attempt: Attempt) -> None:
         attempt.step = Step.STARTING
@@ -447,7 +451,12 @@ class Rebalancer:
     def _recheck_acks(self, attempt: Attempt) -> None:
         """Acknowledgements seen while the outcome was unknown were not counted: list the channels again."""
         members = sorted(attempt.outstanding)
-        listings = self.zk.children_many([paths.channel(attempt.group, cid) for cid in members])
+        try:
+            listings = self.zk.children_many([paths.channel(attempt.group, cid) for cid in members])
+        except ZkError as e:
+            log.warning("group %s: cannot list its channels: %s", attempt.group, e)
+            self.unwatched.add(attempt.group)  # listed again at the next reconnect (or the phase times out)
+            return
         prefix = attempt.prefix
         for cid, children in zip(members, listings, strict=True):
             if self.active.get(attempt.group) is not attempt or attempt.prefix != prefix:
