@@ -6,11 +6,9 @@ for (the lease follows the granted timeout: S6)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 import signal
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
@@ -27,10 +25,11 @@ from tests.integration.test_incremental import INCREMENTAL, started
 from tests.ledger import Ledger
 from tests.zkutil import TEST_CONFIG, ZkFactory
 from zkcoord import faults, paths
-from zkcoord.errors import ZkUnavailableError
+from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.journal import read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import GroupPhase
+from zkcoord.znodes import CoordinatorInfo, GroupPhase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,9 +49,22 @@ def _broker(run: Run, broker_id: int, fault_dir: Path) -> ChildProcess:
 
 def _coordinator(run: Run) -> int | None:
     try:
-        return int(json.loads(run.zk.get(paths.COORDINATOR)[0])["brokerid"])
-    except Exception:  # noqa: BLE001 (absent between terms)
-        return None
+        return CoordinatorInfo.decode(run.zk.get(paths.COORDINATOR)[0], paths.COORDINATOR).broker_id
+    except NoNodeError:
+        return None  # between terms
+
+
+def _holders(run: Run, group: str) -> dict[int, str]:
+    """Who fetches each partition now, replayed from the journal's fetch.started / fetch.stopped."""
+    holders: dict[int, str] = {}
+    for e in sorted(read_journal(run.journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+        if e.fields.get("group") != group:
+            continue
+        if e.event == "fetch.started":
+            holders[e.fields["partition"]] = e.fields["consumer"]
+        elif e.event == "fetch.stopped" and holders.get(e.fields["partition"]) == e.fields["consumer"]:
+            del holders[e.fields["partition"]]
+    return holders
 
 
 def test_a_takeover_between_an_incremental_revoke_and_its_start(run: Run) -> None:
@@ -238,9 +250,10 @@ def test_a_paused_member_wakes_up_fenced_when_the_server_caps_the_session_timeou
         sleeper_id = _id(run, sleeper)
         wait_until(lambda: sleeper_id in Ledger.read(run.journal, "s").deliveries, 30, "the sleeper consuming")
         sleeper.signal(signal.SIGSTOP)
-        paused = time.monotonic()
         run.wait_members("s", 1, timeout=30)  # its 1 s session expired; the other took every partition
-        time.sleep(max(0.0, 3.0 - (time.monotonic() - paused)))
+        other_id = _id(run, other)
+        # ... and fetches it all: a sleeper waking with a lease still valid would now overlap it.
+        wait_until(lambda: _holders(run, "s") == dict.fromkeys(range(4), other_id), 30, "the other fetching all")
         sleeper.signal(signal.SIGCONT)
         run.wait_members("s", 2, timeout=30)
         assert producer.wait(60) == 0

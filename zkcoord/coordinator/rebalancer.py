@@ -35,7 +35,6 @@ Threads: every method runs on the coordinator's worker thread; nothing here bloc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -319,9 +318,10 @@ class Rebalancer:
 
     # --- phases --------------------------------------------------------------------------------------------------
 
-    def _know_channels(self, attempt: Attempt, members: frozenset[str]) -> bool:
+    def _know_channels(self, attempt: Attempt, members: frozenset[str], *, retry: bool = True) -> bool:
         """Make sure whether the channels of ``members`` exist is known (listing the group's channels when one is
-        not known to exist; a channel, once created, stays).  False if the listing failed (a retry is scheduled)."""
+        not known to exist; a channel, once created, stays).  False if the listing failed (then, with ``retry``, a
+        retry of the attempt is scheduled)."""
         if members <= attempt.channels:
             return True
         try:
@@ -329,7 +329,8 @@ class Rebalancer:
         except NoNodeError:
             pass
         except ZkError as e:
-            self._retry(attempt, f"cannot list the channels: {e}")
+            if retry:
+                self._retry(attempt, f"cannot list the channels: {e}")
             return False
         return True
 
@@ -352,8 +353,7 @@ class Rebalancer:
         if attempt.moves is not None and self.active.get(g) is attempt and attempt.step is Step.STOPPING:
             # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).  A
             # failure here costs nothing: the start step lists them again.
-            with contextlib.suppress(ZkError):
-                attempt.channels |= set(self.zk.get_children(paths.channel_root(g)))
+            self._know_channels(attempt, attempt.moves.gain, retry=False)
 
     def _send_start(self, attempt: Attempt) -> None:
         attempt.step = Step.STARTING
