@@ -39,8 +39,12 @@ def _applied(ts: int, consumer: str, option: str, generation: int, partitions: i
     return _ev(ts, "command.applied", pid=2, **fields)
 
 
-def _started(ts: int, generation: int, members: list[str], mode: str = "incremental") -> Event:
-    return _ev(ts, "rebalance.started", generation=generation, members=members, mode=mode)
+def _started(
+    ts: int, generation: int, members: list[str], mode: str = "incremental", gaining: list[str] | None = None
+) -> Event:
+    if mode != "incremental":
+        return _ev(ts, "rebalance.started", generation=generation, members=members, mode=mode)
+    return _ev(ts, "rebalance.started", generation=generation, members=members, mode=mode, gaining=gaining or [])
 
 
 def _completed(ts: int, generation: int, moved: int = 0) -> Event:
@@ -70,7 +74,7 @@ def _join_c() -> list[Event]:
     """C joins: generation 2, incremental; A gives up partition 2, B partition 5, C starts both."""
     return [
         _ev(100, "rebalance.requested"),
-        _started(101, 2, [A, B, C]),
+        _started(101, 2, [A, B, C], gaining=[C]),
         _sent(102, A, "stop-fetcher", 2, partitions=1),
         _sent(102, B, "stop-fetcher", 2, partitions=1),
         _fetch(103, False, A, 2),
@@ -126,11 +130,12 @@ def test_untouched_members_get_no_command_and_do_not_hold_the_group_up() -> None
     tracker.set_members([A, B])
     tracker.arm()
     # A rebalance of the same members that moves nothing (e.g. after a retry elsewhere): no commands at all.
-    _replay(tracker, [_ev(10, "rebalance.requested"), _started(11, 2, [A, B])])
-    assert not tracker.settled()  # started, not completed
-    done = _completed(12, 2)
-    tracker.apply(done)
-    assert settled_at(tracker) is done
+    started = _started(11, 2, [A, B])
+    _replay(tracker, [_ev(10, "rebalance.requested")])
+    assert not tracker.settled()  # a request is pending
+    tracker.apply(started)
+    # Every member fetches its share and nobody is due a start: settled without waiting for rebalance.completed.
+    assert settled_at(tracker) is started
 
 
 def test_the_coordinator_criterion_is_unchanged_every_member_applies_the_range_assignment() -> None:
@@ -183,12 +188,13 @@ def test_command_applied_read_before_command_sent_counts() -> None:
     sent_at = next(i for i, e in enumerate(events) if e.ev == "command.sent" and e.fields["option"] == "start-fetcher")
     events.insert(sent_at, applied)  # read first (another process, the same millisecond)
     _replay(tracker, events)
-    assert settled_at(tracker) is events[-1] and tracker.settled()
+    last_fetch = next(e for e in reversed(events) if e.ev == "fetch.started")
+    assert settled_at(tracker) is last_fetch and tracker.settled()
     # Even before the generation's rebalance.started: the sets are kept per generation.
     early = _joining()
     order = [_applied(100, C, "start-fetcher", 2), *(e for e in _join_c()[:-1])]
     _replay(early, order)
-    assert settled_at(early) is order[-1]
+    assert settled_at(early) is next(e for e in reversed(order) if e.ev == "fetch.started")
 
 
 def test_not_settled_while_the_shares_are_unbalanced() -> None:
@@ -230,7 +236,7 @@ def test_not_settled_while_a_member_that_left_still_fetches_or_the_generation_is
     _replay(tracker, stale)
     assert not tracker.settled()  # the pending request, and generation 2's members are A, B, C
     gen3 = [
-        _started(210, 3, [A, B]),
+        _started(210, 3, [A, B], gaining=[A, B]),
         _sent(211, A, "start-fetcher", 3, partitions=3),
         _sent(211, B, "start-fetcher", 3, partitions=3),
         _applied(212, A, "start-fetcher", 3, partitions=3),
@@ -253,7 +259,7 @@ def test_not_settled_while_a_consumer_that_left_still_fetches_a_partition_given_
         _ev(200, "consumer.deregistered", consumer=C),
         _fetch(201, False, C, 2),
         _ev(202, "rebalance.requested"),
-        _started(210, 3, [A, B]),
+        _started(210, 3, [A, B], gaining=[A, B]),
         _sent(211, A, "start-fetcher", 3, partitions=3),
         _sent(211, B, "start-fetcher", 3, partitions=3),
         _fetch(212, True, A, 2),
@@ -311,10 +317,11 @@ def test_not_settled_on_a_generation_of_other_members() -> None:
     # C registered and left again before the coordinator read the members: generation 2 has A, B and C.
     _replay(tracker, [_ev(10, "rebalance.requested"), _started(11, 2, [A, B, C]), _completed(12, 2)])
     assert not tracker.settled()
-    _replay(tracker, [_ev(13, "rebalance.requested"), _started(14, 3, [A, B])])
-    done = _completed(15, 3)
-    tracker.apply(done)
-    assert settled_at(tracker) is done
+    tracker.apply(_ev(13, "rebalance.requested"))
+    assert not tracker.settled()
+    started = _started(14, 3, [A, B])  # moves nothing: nobody is due a start
+    tracker.apply(started)
+    assert settled_at(tracker) is started
 
 
 def test_a_retry_is_eager_every_member_must_apply_its_start() -> None:

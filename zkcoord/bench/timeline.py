@@ -8,15 +8,16 @@ progress, and says when the group is *settled*:
 * ``coordinator`` and ``zk-client``: every partition is fetched by exactly one thread, the one Kafka's range assignor
   gives it over the group's current members (the assignment both protocols compute,
   ``zkcoord.assignors.range_assign``);
-* ``coordinator``: the newest rebalance the coordinator started is completed, with exactly the current members,
-  no request is pending, and every member applied that generation's start-fetcher;
+* ``coordinator``: the newest rebalance the coordinator started has exactly the current members, no request is
+  pending, and every member applied that generation's start-fetcher;
 * ``incremental`` (the coordinator with every member registered ``rebalance="incremental"``: its sticky assignor
   gives a balanced assignment that is not the range one, and only the members whose partitions move get commands):
   every partition is fetched by exactly one thread of a current member, every member fetches between ``P // N`` and
-  ``ceil(P / N)`` partitions (one thread per member), the newest rebalance started is completed, with exactly the
-  current members, no request is pending, and every member *sent* a start-fetcher of that generation
-  (``command.sent``) applied one (``command.applied``; the two are kept as sets per generation, since they may be
-  read in either order): members the rebalance left alone get no command and are not waited for;
+  ``ceil(P / N)`` partitions (one thread per member), the newest rebalance started has exactly the current members,
+  no request is pending, and every member due a start-fetcher of that generation applied one (``command.applied``):
+  those ``rebalance.started`` names as ``gaining`` in an incremental rebalance, every member in an eager one, and
+  any sent one (``command.sent``; the sets are kept per generation, since events of several processes may be read
+  in either order).  Members the rebalance left alone get no command and are not waited for;
 * ``zk-client``: every member's last ``legacy.*`` event is ``legacy.rebalance.completed`` with a member count equal
   to the group's size (each member saw the whole group and fetches what it claimed).
 
@@ -165,7 +166,8 @@ class GroupTracker:
     _lagging: set[str] = field(default_factory=set)
     _was_settled: bool = False
     # incremental: partitions fetched per consumer; members fetching outside [P // N, ceil(P / N)]; per generation,
-    # the members sent a start-fetcher and those that applied one; the newest generation's sent but not applied
+    # the members due a start-fetcher (rebalance.started's gainers, or every member of an eager one, and any sent
+    # one) and those that applied one; the newest generation's due but not applied
     _fetching: dict[str, int] = field(default_factory=dict)
     _unbalanced: set[str] = field(default_factory=set)
     _starts_sent: dict[int, set[str]] = field(default_factory=dict)
@@ -265,10 +267,16 @@ class GroupTracker:
             generation = int(f["generation"])
             self._gen_members[generation] = frozenset(str(m) for m in f.get("members", []))
             self._pending_request = False
+            # Who must apply a start-fetcher of this generation: an incremental rebalance names its gainers, an
+            # eager one starts every member.  Known from here on, so the group cannot look settled in the moment
+            # between this event and the start-fetchers being sent.
+            gaining = f.get("gaining") if f.get("mode") == "incremental" else None
+            expected = {str(m) for m in gaining} if isinstance(gaining, list) else set(self._gen_members[generation])
+            self._starts_sent.setdefault(generation, set()).update(expected)
             if generation > self._latest_started:
                 self._latest_started = generation
                 self._lagging = {m for m in self.members if self._start_gen.get(m) != generation}
-                self._unapplied = self._starts_sent.get(generation, set()) - self._starts_applied.get(generation, set())
+                self._unapplied = self._starts_sent[generation] - self._starts_applied.get(generation, set())
         elif event.ev == "rebalance.completed":
             self._latest_completed = max(self._latest_completed, int(f["generation"]))
         elif event.ev == "command.sent" and f.get("option") == "start-fetcher":
@@ -291,12 +299,7 @@ class GroupTracker:
             return not self._unfinished
         # incremental: balanced shares, and every member sent a start applied it; coordinator: every member did
         commanded = not (self._unbalanced or self._unapplied) if self.protocol == INCREMENTAL else not self._lagging
-        return (
-            commanded
-            and not self._pending_request
-            and self._latest_started == self._latest_completed
-            and self._gen_members.get(self._latest_started) == self.members
-        )
+        return commanded and not self._pending_request and self._gen_members.get(self._latest_started) == self.members
 
     def progress(self) -> str:
         """What the group still waits for, in a few words (for a timeout message)."""
