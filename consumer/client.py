@@ -42,7 +42,7 @@ from consumer.shared import ConsumerMetrics
 from zkcoord import paths
 from zkcoord.errors import NodeExistsError, ZkError
 from zkcoord.journal import Journal
-from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
+from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +344,10 @@ class Consumer:
     def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
         """Where to start each partition: its committed offset, else the start policy."""
         return shared.start_positions(self.config.data_dir, self.config.start_from, committed)
+
+    def on_owner_changed(self, event: WatchEvent) -> None:
+        """kazoo's thread: an owner znode watched while a hand-over is awaited changed; the command thread looks."""
+        self._events.put(("owner", event.path))
 
     def next_event(self) -> tuple[str, object]:
         return self._events.get()

@@ -15,6 +15,13 @@ Commands (``docs/protocol.md``) are applied in sequence-number order and deleted
   ``on_partitions_assigned``, then acknowledge; an ``incremental`` one lists the whole new assignment, of which
   only the partitions not fetched already are started (and any fetched but not listed are stopped first).
 
+A hand-over (one-step incremental rebalance): a ``stop-fetcher`` with ``handover`` also sets each revoked
+partition's owner znode to its new thread, in the transaction that commits the offsets and acknowledges; a
+``start-fetcher`` with ``awaiting`` starts the other partitions at once and each awaited one when its owner znode
+names our thread (a one-shot watch on each brings an ``owner`` event), and is acknowledged when none is left.  A
+newer command arriving meanwhile supersedes it: the wait ends and it is acknowledged (the coordinator that sent the
+newer one no longer waits for it), then the newer one is applied.
+
 Session changes: SUSPENDED pauses fetching (the lease is void until the next acknowledged round trip); a new
 session after an expiry (LOST) drops the assignment without committing (the partitions may be someone else's by
 now), registers again and waits for commands.
@@ -82,6 +89,10 @@ class CommandHandler:
         self._unsettled: dict[TopicPartition, int] = {}
         self._commit_lock = threading.Lock()
         self._lost = False
+        #: a start-fetcher applied but for the partitions it awaits (name, path, command, partitions claimed so far)
+        self._pending: tuple[str, str, Command, int] | None = None
+        #: the partitions that start-fetcher awaits: partition -> our thread
+        self._awaiting: dict[TopicPartition, str] = {}
 
     # --- the loop (consumer-cmd thread) ---------------------------------------------------------------------------
 
@@ -100,7 +111,7 @@ class CommandHandler:
                 # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
                 # so the same listing is handled again shortly: an unacknowledged command is never stranded.
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
-                if kind in ("channel", "commit", "legacy-claim"):
+                if kind in ("channel", "commit", "legacy-claim", "owner"):
                     self.c.redeliver_later((kind, arg))
                 elif self._lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
@@ -129,6 +140,8 @@ class CommandHandler:
             self._commit_quietly(self.c.fetcher.positions())
         elif kind == "legacy-claim":
             self._claim_pending()
+        elif kind == "owner":
+            self._claim_awaited()
         elif kind == "register":
             self._register_again()
 
@@ -158,6 +171,7 @@ class CommandHandler:
             c.lease.invalidate()
             self._lost = True
             c.incarnation = None  # commands for the registration that just ended are refused from now on
+            self._awaiting.clear()  # nothing handed over to the registration that ended is started
             # Our member znode is gone and the coordinator may already have given our partitions to others:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
@@ -209,6 +223,8 @@ class CommandHandler:
                 self._reject(name, None, "not a command znode")
                 self._ack(path, name)
                 continue
+            if self._pending is not None:
+                self._supersede(*self._pending)
             try:
                 data, _ = c.zk.get(path)
             except NoNodeError:
@@ -226,8 +242,9 @@ class CommandHandler:
                 if self._stop(path, command):
                     self._applied.add(name)  # acknowledged with the commit, in one transaction
                     continue
-            else:
-                self._start(name, command)
+            elif not self._start(name, path, command):
+                self._applied.add(name)  # awaiting partitions: acknowledged once they are all started
+                continue
             self._ack(path, name)
 
     def _refusal(self, command: Command) -> str | None:
@@ -258,7 +275,10 @@ class CommandHandler:
             # Incremental: only the named partitions.  (A migrating consumer's 0.8 claims are released all at
             # once, so it stops everything; the coordinator never sends it a partial stop.)
             wanted = {TopicPartition(t, p) for t, parts in command.revoke.items() for p in parts}
-            revoked, acked = self._revoke(wanted, "stop-fetcher", ack=path)
+            handover = {
+                TopicPartition(t, p): th for t, parts in (command.handover or {}).items() for p, th in parts.items()
+            }
+            revoked, acked = self._revoke(wanted, "stop-fetcher", ack=path, handover=handover)
             self._journal_applied(name, command, len(revoked))
             return acked
         self._stop_received_at = c.clock()
@@ -271,23 +291,31 @@ class CommandHandler:
         return False
 
     def _revoke(
-        self, tps: set[TopicPartition], reason: str, ack: str | None = None
+        self,
+        tps: set[TopicPartition],
+        reason: str,
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
     ) -> tuple[list[TopicPartition], bool]:
         """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them, and whether the command
-        ``ack`` was deleted (acknowledged) in the commit's transaction -- after the commit, never before it."""
+        ``ack`` was deleted (acknowledged) in the commit's transaction -- after the commit, never before it.  The
+        partitions of ``handover`` get their new owner in that transaction too (after they stopped: S2)."""
         c = self.c
         stopping = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
         revoked = sorted({*stopping, *self._unsettled})  # with any a failed commit left (this stop, redelivered)
-        if not revoked:
+        if not revoked and not handover:
             return [], False
-        acked = self._commit_stopped(c.fetcher.revoke_some(stopping, reason) if stopping else {}, ack)
+        positions = c.fetcher.revoke_some(stopping, reason) if stopping else {}
+        acked = self._commit_stopped(positions, ack, handover)
         with self._commit_lock:
             c.offsets.release(revoked)
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
         return revoked, acked
 
-    def _start(self, name: str, command: Command) -> None:
+    def _start(self, name: str, path: str, command: Command) -> bool:
+        """Apply a start-fetcher; False while partitions it awaits are still to be handed over (then it is
+        acknowledged once they are: :meth:`_claim_awaited`)."""
         c = self.c
         self._adopt(command)
         ownership = {
@@ -298,7 +326,7 @@ class CommandHandler:
         foreign = sorted(t for t in set(ownership.values()) if not t.startswith(f"{c.consumer_id}-"))
         if foreign:
             self._reject(name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
-            return
+            return True
         incremental = command.incremental and c.bridge is None
         if incremental:
             # Keep what we fetch on the same thread; whatever else we fetch is no longer ours (not expected: the
@@ -309,10 +337,36 @@ class CommandHandler:
         elif c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
             self._commit_quietly(c.fetcher.revoke("start-fetcher"))
             self._release()
-        claims, problems = c.offsets.claim(ownership, add=incremental)
-        for problem in problems:
+        awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
+        awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
+        claimed = self._claim_and_fetch(
+            {tp: th for tp, th in ownership.items() if tp not in awaiting}, incremental, name
+        )
+        if awaiting:
+            self._pending, self._awaiting = (name, path, command, claimed), awaiting
+            if self._claim_awaited():
+                return False  # every partition was handed over already: acknowledged
+            c.journal.emit(
+                "command.awaiting",
+                group=c.config.group,
+                consumer=c.consumer_id,
+                name=name,
+                epoch=command.epoch,
+                generation=command.generation,
+                partitions=len(self._awaiting),
+                started=self._pending[3],
+            )
+            return False
+        self._finish_start(name, command, claimed)
+        return True
+
+    def _claim_and_fetch(self, ownership: dict[TopicPartition, str], incremental: bool, name: str) -> int:
+        """Claim ``ownership`` and start fetching what was claimed; return how many partitions that was."""
+        c = self.c
+        result = c.offsets.claim(ownership, add=incremental)
+        for problem in result.problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
-        fetching = {tp: claim.thread for tp, claim in claims.items()}
+        fetching = {tp: claim.thread for tp, claim in result.claims.items()}
         if c.bridge is not None:
             fetching = c.bridge.claim(fetching)  # the rest waits for their zk-client owners (consumer.migration)
             self._journal_waiting()
@@ -320,9 +374,50 @@ class CommandHandler:
             c.fetcher.extend(self._positions(fetching))
         else:
             c.fetcher.assign(self._positions(fetching))
-        if self.on_assigned is not None:
-            self._callback(self.on_assigned, sorted(claims))
-        self._journal_applied(name, command, len(claims))
+        if self.on_assigned is not None and result.claims:
+            self._callback(self.on_assigned, sorted(result.claims))
+        return len(result.claims)
+
+    def _claim_awaited(self) -> bool:
+        """Start the awaited partitions whose owner znode names us now (each read also watches it: the next change
+        brings an ``owner`` event); acknowledge the start-fetcher once none is left, and return True then.  Command
+        thread.
+
+        :raises ZkError: the read failed (the event loop tries again shortly).
+        """
+        if self._pending is None or not self._awaiting or self._lost:
+            return False
+        c = self.c
+        result = c.offsets.claim(self._awaiting, add=True, wait=self.c.on_owner_changed)
+        for problem in result.problems:
+            c.journal.emit("input.rejected", what="partition claim", path=self._pending[0], reason=problem)
+        for tp in set(self._awaiting) - result.pending:
+            del self._awaiting[tp]
+        if result.claims:
+            c.fetcher.extend(self._positions({tp: claim.thread for tp, claim in result.claims.items()}))
+            if self.on_assigned is not None:
+                self._callback(self.on_assigned, sorted(result.claims))
+        name, path, command, claimed = self._pending
+        self._pending = (name, path, command, claimed + len(result.claims))
+        if self._awaiting:
+            return False
+        self._pending = None
+        self._finish_start(name, command, claimed + len(result.claims))
+        self._ack(path, name)
+        return True
+
+    def _supersede(self, name: str, path: str, command: Command, claimed: int) -> None:
+        """A newer command arrived while start-fetcher ``name`` awaited hand-overs: stop waiting, acknowledge it."""
+        log.info(
+            "consumer %s: %s superseded, %d partitions not handed over", self.c.consumer_id, name, len(self._awaiting)
+        )
+        self._pending, self._awaiting = None, {}
+        self._finish_start(name, command, claimed)
+        self._ack(path, name)
+
+    def _finish_start(self, name: str, command: Command, claimed: int) -> None:
+        c = self.c
+        self._journal_applied(name, command, claimed)
         if self._stop_received_at is not None:
             latency = (c.clock() - self._stop_received_at) * 1000
             self.rebalances += 1
@@ -404,14 +499,20 @@ class CommandHandler:
 
     # --- commits -------------------------------------------------------------------------------------------------
 
-    def commit(self, positions: dict[TopicPartition, int], ack: str | None = None) -> dict[TopicPartition, int]:
-        """Commit (any thread); with ``ack``, delete that command in the same transaction.
+    def commit(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Commit (any thread); with ``ack``, delete that command in the same transaction, and with ``handover``
+        set those partitions' owner znodes (see :meth:`OffsetStore.commit`).
 
         :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
         """
         with self._commit_lock:
             try:
-                written = self.c.offsets.commit(positions, ack=ack)
+                written = self.c.offsets.commit(positions, ack=ack, handover=handover)
             except OffsetCommitFencedError as e:
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal_commits(e.committed)
@@ -433,7 +534,12 @@ class CommandHandler:
         if self.c.bridge is not None:
             self.c.bridge.commit(positions)
 
-    def _commit_stopped(self, positions: dict[TopicPartition, int], ack: str | None = None) -> bool:
+    def _commit_stopped(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+    ) -> bool:
         """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
         deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
         acknowledged meanwhile (S3).  After a session loss nothing is committed (the partitions may be someone
@@ -442,14 +548,19 @@ class CommandHandler:
         if self._lost:
             self._unsettled.clear()
             return False
-        acked = self._commit_quietly(dict(self._unsettled), ack)
+        acked = self._commit_quietly(dict(self._unsettled), ack, handover)
         self._unsettled.clear()
         return acked
 
-    def _commit_quietly(self, positions: dict[TopicPartition, int], ack: str | None = None) -> bool:
+    def _commit_quietly(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+    ) -> bool:
         """Commit, logging a fenced partition; True if ``ack`` was deleted with it."""
         try:
-            self.commit(positions, ack)
+            self.commit(positions, ack, handover)
         except OffsetCommitFencedError as e:
             log.warning("consumer %s: %s", self.c.consumer_id, e)
         return ack is not None

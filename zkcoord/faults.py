@@ -39,6 +39,7 @@ POINTS: dict[str, str] = {
     "coordinator.before_stop": "a rebalance is planned, before any stop-fetcher is written",
     "coordinator.before_start": "every stop-fetcher is acknowledged, before any start-fetcher is written",
     "coordinator.before_stable": "every start-fetcher is acknowledged, before the group is marked stable",
+    "coordinator.mid_handover": "a hand-over's stop- and start-fetchers are written, before any is acknowledged",
 }
 
 _ACTIONS = ("pause", "kill")
@@ -91,11 +92,13 @@ _registry = _Registry()
 DIR_ENV = "ZKCOORD_FAULT_DIR"
 
 
-def arm(directory: Path, pid: int, point: str, action: str) -> None:
-    """Arm ``point`` in process ``pid`` (which runs with ``ZKCOORD_FAULT_DIR=directory``) for its next hit."""
-    parse(f"{point}={action}")  # validate
+def arm(directory: Path, pid: int, point: str, action: str, *more: str) -> None:
+    """Arm ``point`` (and ``more`` points: whichever is hit first fires, once) in process ``pid`` (which runs with
+    ``ZKCOORD_FAULT_DIR=directory``) for its next hit."""
+    spec = ",".join(f"{p}={action}" for p in (point, *more))
+    parse(spec)  # validate
     tmp = directory / f"{pid}.arm.tmp"
-    tmp.write_text(f"{point}={action}")
+    tmp.write_text(spec)
     tmp.replace(directory / f"{pid}.arm")  # atomic: the process never reads half a spec
 
 

@@ -65,6 +65,10 @@ EVENTS: dict[str, str] = {
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
     "command.applied": "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions",
     "command.rejected": "a consumer refused (and acknowledged) a command: group, consumer, name, reason, ...",
+    "command.awaiting": (
+        "a consumer applied a start-fetcher but for partitions still to be handed over to it: group, consumer, "
+        "name, generation, partitions"
+    ),
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol, cast
@@ -420,17 +420,25 @@ class ZkClient:
             self.kazoo.sync(path)
 
     def get_many(
-        self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
+        self,
+        paths: Sequence[str],
+        watch: Callable[[WatchEvent], None] | None = None,
+        watched: Collection[str] | None = None,
     ) -> list[tuple[bytes, Stat] | None]:
         """Read many znodes in one pipelined burst (one round trip of latency, not one per node).
 
-        Absent nodes give ``None`` (and no watch).  With ``watch``, each node read gets a one-shot data watch, as
-        :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or ``RESET``).
-        :raises ZkError: for any other failure.
+        Absent nodes give ``None`` (and no watch).  With ``watch``, each node read (or only those in ``watched``)
+        gets a one-shot data watch, as :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or
+        ``RESET``).  :raises ZkError: for any other failure.
         """
         kazoo = self.kazoo
         pending = [
-            (path, kazoo.get_async(path) if watch is None else kazoo.get_async(path, watch=_OneShot(watch, path)))
+            (
+                path,
+                kazoo.get_async(path)
+                if watch is None or (watched is not None and path not in watched)
+                else kazoo.get_async(path, watch=_OneShot(watch, path)),
+            )
             for path in paths
         ]
         out: list[tuple[bytes, Stat] | None] = []

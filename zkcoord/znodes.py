@@ -346,6 +346,11 @@ class Command:
     consumer's whole new assignment, of which the partitions it already fetches on the same thread keep running
     (without it, every fetcher starts afresh).
 
+    A hand-over (an incremental rebalance in one step): ``handover`` on a ``stop-fetcher`` gives, for each revoked
+    partition, the thread to hand it to -- the consumer writes that thread into the partition's owner znode in the
+    transaction that commits its offset; ``awaiting`` on an incremental ``start-fetcher`` names the partitions of
+    ``ownership`` whose previous owner hands them over so: the consumer starts each once its owner znode names it.
+
     ``incarnation`` is the ``czxid`` of the registration the command is meant for: a consumer that registered again
     since (a new session, under the same id) refuses it, so nothing planned for its previous session is applied in
     its new one.
@@ -360,6 +365,8 @@ class Command:
     revoke: Mapping[str, tuple[int, ...]] | None = None
     incremental: bool = False
     incarnation: int | None = None
+    handover: Ownership | None = None
+    awaiting: Mapping[str, tuple[int, ...]] | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -374,8 +381,12 @@ class Command:
             obj["ownership"] = _encode_ownership(self.ownership)
             if self.incremental:
                 obj["incremental"] = True
+            if self.awaiting:
+                obj["awaiting"] = {t: sorted(ps) for t, ps in sorted(self.awaiting.items())}
         elif self.revoke is not None:
             obj["revoke"] = {t: sorted(ps) for t, ps in sorted(self.revoke.items())}
+            if self.handover:
+                obj["handover"] = _encode_ownership(self.handover)
         if self.incarnation is not None:
             obj["incarnation"] = self.incarnation
         return _dump(obj)
@@ -397,22 +408,15 @@ class Command:
         issued = obj.get("issued", "0")
         if not isinstance(issued, str) or not _INT_TEXT.fullmatch(issued):
             raise CodecError(what, "field 'issued' must be a decimal string", path)
-        ownership: dict[str, dict[int, str]] = {}
-        revoke: dict[str, tuple[int, ...]] | None = None
         incremental = obj.get("incremental", False)
         if not isinstance(incremental, bool):
             raise CodecError(what, "field 'incremental' must be a boolean", path)
         if option is CommandOption.START_FETCHER:
-            ownership = _decode_ownership(obj.get("ownership"), what, path)
-            if "revoke" in obj:
-                raise CodecError(what, "a start-fetcher command carries no revoke list", path)
+            ownership, awaiting = _decode_start(obj, incremental, what, path)
+            revoke, handover = None, None
         else:
-            if "ownership" in obj:
-                raise CodecError(what, "a stop-fetcher command carries no ownership", path)
-            if incremental:
-                raise CodecError(what, "'incremental' belongs to start-fetcher only", path)
-            if "revoke" in obj:
-                revoke = _decode_revoke(obj["revoke"], what, path)
+            revoke, handover = _decode_stop(obj, incremental, what, path)
+            ownership, awaiting = {}, None
         return cls(
             option=option,
             epoch=_nonneg_int(obj, "epoch", what, path),
@@ -423,12 +427,46 @@ class Command:
             revoke=revoke,
             incremental=incremental,
             incarnation=_nonneg_int(obj, "incarnation", what, path) if "incarnation" in obj else None,
+            handover=handover,
+            awaiting=awaiting,
         )
 
 
-def _decode_revoke(raw: Any, what: str, path: str | None) -> dict[str, tuple[int, ...]]:
+def _decode_start(
+    obj: dict[str, Any], incremental: bool, what: str, path: str | None
+) -> tuple[dict[str, dict[int, str]], dict[str, tuple[int, ...]] | None]:
+    """A start-fetcher's ownership and awaited partitions."""
+    ownership = _decode_ownership(obj.get("ownership"), what, path)
+    if "revoke" in obj or "handover" in obj:
+        raise CodecError(what, "a start-fetcher command carries no revoke list or hand-over", path)
+    if "awaiting" not in obj:
+        return ownership, None
+    awaiting = _decode_revoke(obj["awaiting"], what, path, "awaiting")
+    if not incremental or any(p not in ownership.get(t, {}) for t, ps in awaiting.items() for p in ps):
+        raise CodecError(what, "'awaiting' must name partitions of an incremental start's ownership", path)
+    return ownership, awaiting
+
+
+def _decode_stop(
+    obj: dict[str, Any], incremental: bool, what: str, path: str | None
+) -> tuple[dict[str, tuple[int, ...]] | None, dict[str, dict[int, str]] | None]:
+    """A stop-fetcher's revoke list and hand-over."""
+    if "ownership" in obj:
+        raise CodecError(what, "a stop-fetcher command carries no ownership", path)
+    if incremental or "awaiting" in obj:
+        raise CodecError(what, "'incremental' and 'awaiting' belong to start-fetcher only", path)
+    revoke = _decode_revoke(obj["revoke"], what, path) if "revoke" in obj else None
+    if "handover" not in obj:
+        return revoke, None
+    handover = _decode_ownership(obj["handover"], what, path)
+    if revoke is None or any(p not in revoke.get(t, ()) for t, ps in handover.items() for p in ps):
+        raise CodecError(what, "'handover' must name partitions of the revoke list", path)
+    return revoke, handover
+
+
+def _decode_revoke(raw: Any, what: str, path: str | None, name: str = "revoke") -> dict[str, tuple[int, ...]]:
     if not isinstance(raw, dict):
-        raise CodecError(what, "revoke must be an object topic -> [partitions]", path)
+        raise CodecError(what, f"{name} must be an object topic -> [partitions]", path)
     out: dict[str, tuple[int, ...]] = {}
     for topic_name, parts in raw.items():
         try:
@@ -438,7 +476,7 @@ def _decode_revoke(raw: Any, what: str, path: str | None) -> dict[str, tuple[int
         if not isinstance(parts, list) or not all(
             isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_PARTITIONS for p in parts
         ):
-            raise CodecError(what, f"revoke of topic {topic_name!r} must be a list of partition numbers", path)
+            raise CodecError(what, f"{name} of topic {topic_name!r} must be a list of partition numbers", path)
         out[topic_name] = tuple(sorted(set(parts)))
     return out
 

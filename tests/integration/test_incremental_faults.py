@@ -67,9 +67,10 @@ def _holders(run: Run, group: str) -> dict[int, str]:
     return holders
 
 
-def test_a_takeover_between_an_incremental_revoke_and_its_start(run: Run) -> None:
-    """Broker 1 dies after the losers acknowledged their partial stop, before the gainer's start: broker 2 finds the
-    group STOPPING and rebalances eagerly.  Nothing may be owned twice, lost, or duplicated."""
+def test_a_takeover_in_the_middle_of_a_hand_over(run: Run) -> None:
+    """Broker 1 dies once a join's hand-over is written, before anything is acknowledged: the losers hand their
+    partitions over (or not yet) while broker 2 takes over, finds the group STARTING and rebalances eagerly, reading
+    the owner znodes again before its start step.  Nothing may be owned twice, lost, or duplicated."""
     fault_dir = run.root / "faults"
     fault_dir.mkdir()
     first = _broker(run, 1, fault_dir)
@@ -80,9 +81,9 @@ def test_a_takeover_between_an_incremental_revoke_and_its_start(run: Run) -> Non
     run.wait_members("x", 3)
     producer = run.producer("t", 20_000, 4_000)
     wait_until(lambda: Ledger.read(run.journal, "x").consumed != {}, 30, "consumption to begin")
-    faults.arm(fault_dir, first.proc.pid, "coordinator.before_start", "kill")
+    faults.arm(fault_dir, first.proc.pid, "coordinator.mid_handover", "kill")
     consumers.append(run.consumer("x", "t", extra=INCREMENTAL))
-    first.proc.wait(timeout=30)  # killed itself once the partial stops were acknowledged
+    first.proc.wait(timeout=30)  # killed itself once the hand-over was written
     assert started(run, "x", "incremental"), "the join was not rebalanced incrementally"
     wait_until(lambda: _coordinator(run) == 2, 30, "broker 2 elected")
     run.wait_members("x", 4)

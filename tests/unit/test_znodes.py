@@ -100,6 +100,23 @@ def test_command_round_trip(
         option, epoch, generation, group, owned, issued, revoke=revoke, incremental=start, incarnation=generation
     )
     assert Command.decode(partial.encode()) == partial
+    # The hand-over forms: a stop says whom each revoked partition goes to; a start which partitions it awaits.
+    handover = None if start else {t: dict.fromkeys(parts, "other-0") for t, parts in ownership.items() if parts}
+    awaiting = {t: tuple(sorted(parts)) for t, parts in ownership.items() if parts} if start else None
+    one_step = Command(
+        option,
+        epoch,
+        generation,
+        group,
+        owned,
+        issued,
+        revoke=revoke,
+        incremental=start,
+        incarnation=generation,
+        handover=handover or None,
+        awaiting=awaiting or None,
+    )
+    assert Command.decode(one_step.encode()) == one_step
 
 
 @given(st.integers(0, 2**62))
@@ -132,6 +149,29 @@ MALFORMED = [
         Command.decode,
         b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g","ownership":{},"revoke":{}}',
         "no revoke",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","revoke":{"t":[1]},'
+        b'"handover":{"t":{"2":"c-0"}}}',
+        "partitions of the revoke list",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"stop-fetcher","epoch":1,"generation":1,"group":"g","awaiting":{"t":[1]}}',
+        "start-fetcher only",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g","incremental":true,'
+        b'"ownership":{"t":{"1":"c-0"}},"awaiting":{"t":[2]}}',
+        "incremental start's ownership",
+    ),
+    (
+        Command.decode,
+        b'{"version":1,"option":"start-fetcher","epoch":1,"generation":1,"group":"g",'
+        b'"ownership":{"t":{"1":"c-0"}},"awaiting":{"t":[1]}}',
+        "incremental start's ownership",
     ),
     (
         MemberRegistration.decode,

@@ -12,7 +12,7 @@ from enum import Enum
 
 from zkcoord import paths
 from zkcoord.assignors import threads_of
-from zkcoord.coordinator.commands import Op
+from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import Moves, Plan
 from zkcoord.coordinator.snapshot import ReadResult
 from zkcoord.znodes import Command, CommandOption, encode_owner
@@ -30,8 +30,13 @@ class Begun(Enum):
 
 
 class Step(Enum):
+    """An attempt's step.  Eager and two-step incremental: STOPPING, then STARTING.  A hand-over (incremental, one
+    step): HANDOVER, whose stops and starts go out together; the old owners hand each partition to its new thread
+    themselves (``docs/protocol.md``)."""
+
     STOPPING = "stopping"
     STARTING = "starting"
+    HANDOVER = "handover"
 
 
 class Mode(Enum):
@@ -71,6 +76,14 @@ class Attempt:
     #: a write whose outcome is unknown (connection lost); resumed on reconnect
     uncertain: bool = False
 
+    def option_for(self, consumer_id: str) -> CommandOption:
+        """The command the current step sends ``consumer_id``."""
+        if self.step is Step.HANDOVER:
+            stop = self.moves is not None and consumer_id in self.moves.revoke
+        else:
+            stop = self.step is Step.STOPPING
+        return CommandOption.STOP_FETCHER if stop else CommandOption.START_FETCHER
+
 
 def channel_ops(attempt: Attempt) -> list[Op]:
     """Create the channels this step's recipients lack (before their commands, in the same batch order)."""
@@ -78,35 +91,45 @@ def channel_ops(attempt: Attempt) -> list[Op]:
     return [Op("create", paths.channel(attempt.group, cid)) for cid in missing]
 
 
-def command_ops(attempt: Attempt, option: CommandOption, epoch: int, now_ms: int) -> list[Op]:
+def command_ops(attempt: Attempt, option: CommandOption | None, epoch: int, now_ms: int) -> list[Op]:
     """One command per recipient of the step, for the incarnation of it the attempt planned with.
 
     A stop of an incremental attempt names the partitions it revokes; a start carries the recipient's whole target
-    (``incremental`` then: the partitions it fetches already keep running).
+    (``incremental`` then: the partitions it fetches already keep running).  ``option`` None: the hand-over step,
+    a stop (with the thread each revoked partition goes to) to every member that gives partitions up, a start (with
+    the partitions it awaits) to every other recipient.
     """
-    g = attempt.group
-    stop = option is CommandOption.STOP_FETCHER
+    g, m = attempt.group, attempt.moves
     out = []
     for cid in sorted(attempt.recipients):
+        handing = m is not None and option is None and cid in m.revoke
+        stop = option is CommandOption.STOP_FETCHER or handing
         cmd = Command(
-            option,
+            CommandOption.STOP_FETCHER if stop else CommandOption.START_FETCHER,
             epoch,
             attempt.generation,
             g,
             {} if stop else threads_of(attempt.plan.target, cid),
             now_ms,
-            revoke=attempt.moves.revoke[cid] if stop and attempt.moves is not None else None,
-            incremental=not stop and attempt.moves is not None,
+            revoke=m.revoke[cid] if stop and m is not None else None,
+            incremental=not stop and m is not None,
             incarnation=attempt.plan.members[cid],
+            handover=m.handover.get(cid) if handing and m is not None else None,
+            awaiting=m.awaiting.get(cid) if option is None and not stop and m is not None else None,
         )
-        out.append(Op("create_seq", f"{paths.channel(g, cid)}/{attempt.prefix}", cmd.encode()))
+        prefix = command_prefix(epoch, attempt.generation, cmd.option) if option is None else attempt.prefix
+        out.append(Op("create_seq", f"{paths.channel(g, cid)}/{prefix}", cmd.encode()))
     return out
 
 
 def ownership_ops(attempt: Attempt) -> list[Op]:
-    """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``."""
+    """Turn the registry (as read) into the target: create, change or delete ``owners/<t>/<p>``.  In a hand-over
+    step, the partitions handed over are left alone: their old owners write them, once they stopped fetching."""
     g, old, new = attempt.group, attempt.read.snapshot.owners, attempt.plan.target
     unreadable = attempt.read.unreadable_owners  # they exist: overwritten or deleted, never created
+    handed: set[tuple[str, int]] = set()
+    if attempt.step is Step.HANDOVER and attempt.moves is not None:
+        handed = {(t, p) for topics in attempt.moves.handover.values() for t, ps in topics.items() for p in ps}
     ops: list[Op] = []
     if new and not attempt.read.owners_root:
         ops.append(Op("create", paths.owners_root(g)))
@@ -115,6 +138,8 @@ def ownership_ops(attempt: Attempt) -> list[Op]:
             ops.append(Op("create", paths.owners(g, topic)))
         for p, thread in sorted(new[topic].items()):
             held = old.get(topic, {}).get(p)
+            if (topic, p) in handed:
+                continue
             if held is None and (topic, p) not in unreadable:
                 ops.append(Op("create", paths.owner(g, topic, p), encode_owner(thread)))
             elif held != thread:

@@ -20,6 +20,7 @@ acknowledgement (the consumer deletes its command) is recognised from a channel 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,6 +28,7 @@ from zkcoord import paths
 from zkcoord.coordinator.election import Fence
 from zkcoord.errors import (
     BadVersionError,
+    CodecError,
     FencedError,
     NoNodeError,
     ZkError,
@@ -34,7 +36,9 @@ from zkcoord.errors import (
     ZkUnavailableError,
 )
 from zkcoord.zk import Transaction
-from zkcoord.znodes import CommandOption, GroupState
+from zkcoord.znodes import CommandOption, GroupPhase, GroupState
+
+log = logging.getLogger(__name__)
 
 OpKind = Literal["create", "create_seq", "set", "delete"]
 
@@ -126,6 +130,36 @@ class PhaseWriter:
                     path=result.path,
                 ) from result
         return version, created
+
+    def persist_failure(self, group: str, generation: int | None, reason: str, now_ms: int) -> None:
+        """Mark ``group``'s state FAILED with ``reason`` (a rebalance out of retries), keeping the rest of it.
+
+        Best effort: an unreadable state is left alone, and a failed write is logged (the journal and the log
+        carry the failure either way).  :raises FencedError: the term is over.
+        """
+        zk, state_path = self.fence.zk, paths.group_state(group)
+        try:
+            data, stat = zk.get(state_path)
+            state = GroupState.decode(data, state_path)
+        except (ZkError, CodecError):
+            return
+        failed = dataclasses.replace(
+            state,  # a migrating group stays one (legacy): its zk-client members are still there
+            generation=generation or state.generation,
+            phase=GroupPhase.FAILED,
+            epoch=self.fence.term.epoch,
+            updated_ms=now_ms,
+            error=reason[:500],
+            sent=0,
+        )
+        txn = self.fence.transaction()
+        txn.set_data(state_path, failed.encode(), stat.version)
+        try:
+            self.fence.commit(txn)
+        except FencedError:
+            raise
+        except ZkError as e:
+            log.warning("group %s: could not persist the failure: %s", group, e)
 
     def _as_fenced(self, error: ZkError) -> FencedError | None:
         # Only a failed check is a fence; a connection loss is reported against the first path too, but says nothing.

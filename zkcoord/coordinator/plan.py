@@ -198,17 +198,33 @@ class Moves:
     gain: frozenset[str]
     #: how many partitions change thread
     moved: int
+    #: consumer id -> topic -> partition -> thread: the revoked partitions that have a new owner, by old owner
+    handover: dict[str, dict[str, dict[int, str]]] = field(default_factory=dict)
+    #: consumer id -> topic -> partitions: what each gainer receives from a live previous owner (a hand-over)
+    awaiting: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
+
+    @property
+    def one_step(self) -> bool:
+        """Whether the rebalance can run as one hand-over step: every revoked partition has a new owner to be
+        handed to (none is removed), and no member both gives and receives (it would get two commands in one
+        step, and one acknowledgement could not tell which of them it answers)."""
+        handed = sum(len(ps) for topics in self.handover.values() for ps in topics.values())
+        revoked = sum(len(ps) for topics in self.revoke.values() for ps in topics.values())
+        return handed == revoked and not set(self.revoke) & self.gain
 
 
 def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
     """The difference between what the members fetch now (:func:`still_held`) and ``target``, by member.
 
     Revoking before assigning, per partition, is what keeps S2 in an incremental rebalance: a partition in
-    ``revoke`` is given to its new thread only after its old one acknowledged the stop.  A partition whose registry
-    entry belongs to no live incarnation is free and needs no stop.
+    ``revoke`` is given to its new thread only after its old one stopped it -- in two steps, once the old one
+    acknowledged its stop; in one (a hand-over), once the old one wrote the new thread into the owner znode, after
+    stopping.  A partition whose registry entry belongs to no live incarnation is free and needs no stop.
     """
     held = still_held(snapshot)
     revoke: dict[str, dict[str, list[int]]] = {}
+    handover: dict[str, dict[str, dict[int, str]]] = {}
+    awaiting: dict[str, dict[str, list[int]]] = {}
     gain: set[str] = set()
     moved = 0
     for topic in sorted(set(held) | set(target)):
@@ -218,14 +234,21 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
             if old == new:
                 continue
             moved += 1
-            if old is not None:
-                revoke.setdefault(old.rsplit("-", 1)[0], {}).setdefault(topic, []).append(p)
-            if new is not None:
-                gain.add(new.rsplit("-", 1)[0])
+            loser = old.rsplit("-", 1)[0] if old is not None else None
+            gainer = new.rsplit("-", 1)[0] if new is not None else None
+            if loser is not None:
+                revoke.setdefault(loser, {}).setdefault(topic, []).append(p)
+            if gainer is not None:
+                gain.add(gainer)
+            if loser is not None and gainer is not None and new is not None:
+                handover.setdefault(loser, {}).setdefault(topic, {})[p] = new
+                awaiting.setdefault(gainer, {}).setdefault(topic, []).append(p)
     return Moves(
         {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in revoke.items()},
         frozenset(gain),
         moved,
+        handover,
+        {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in awaiting.items()},
     )
 
 

@@ -24,8 +24,15 @@ rebalance: :attr:`Mode.INCREMENTAL`) take the same steps with fewer recipients, 
 :func:`~zkcoord.coordinator.plan.moves`: the stop-fetcher goes only to members that lose partitions and names them,
 the start-fetcher only to members that gain some; the others keep fetching, undisturbed.  The barrier is then per
 partition: a moved partition's new owner is written and told to start only after its old owner acknowledged the
-stop.  With nothing to revoke, the stop step is skipped.  Any attempt that does not complete leaves a non-STABLE
-state behind, so the next one is eager: what the members fetch is then known again from scratch.
+stop.  With nothing to revoke, the stop step is skipped.  When every revoked partition has a new owner and no member
+both gives and receives, the attempt is one step instead (:attr:`Step.HANDOVER`): the stops, each naming the thread
+its partitions go to, and the starts, each naming the partitions it awaits, are written together; an old owner
+writes the new thread into a partition's owner znode in the transaction that commits its offset, after it stopped
+fetching, and the new owner starts the partition once its owner znode names it.  The coordinator is then out of
+the hand-over's path and waits only for the acknowledgements to mark the group STABLE.  Any attempt that does not
+complete leaves a non-STABLE state behind, so the next one is eager: what the members fetch is then known again
+from scratch, and its start step reads the owner znodes again (an old owner may have handed over after the attempt
+read them).
 
 Every write goes through the term's fence (S1).  Every command carries the coordinator epoch and the generation,
 which only grow, so consumers can refuse stale ones (S5).
@@ -47,7 +54,7 @@ from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, comma
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import Moves, Plan, moves, plan
-from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
+from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -163,6 +170,8 @@ class Rebalancer:
         if self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
             attempt.moves = moves(read.snapshot, planned.target)
+            if attempt.moves.revoke and attempt.moves.one_step:
+                attempt.step = Step.HANDOVER
         # The version the stop phase writes over (a resume after a connection loss in which no batch landed
         # starts from it again).
         attempt.state_version = read.state_version
@@ -183,6 +192,7 @@ class Rebalancer:
             partitions=sum(len(p) for p in planned.target.values()),
             assignor=planned.assignor,
             mode=attempt.mode.value,
+            **({"steps": 1} if attempt.step is Step.HANDOVER else {}),
             **(self._move_fields(attempt.moves) if attempt.moves is not None else {}),
             **(migration if read.migrating else {}),
         )
@@ -273,7 +283,7 @@ class Rebalancer:
             consumer=consumer_id,
             generation=attempt.generation,
             epoch=self.epoch,
-            option=_option(attempt.step).value,
+            option=attempt.option_for(consumer_id).value,
             latency_ms=round((self.clock() - attempt.step_started) * 1000, 2),
         )
         if not attempt.outstanding:
@@ -335,6 +345,9 @@ class Rebalancer:
         return True
 
     def _send_stop(self, attempt: Attempt) -> None:
+        if attempt.step is Step.HANDOVER and attempt.moves is not None:
+            self._send_handover(attempt, attempt.moves)
+            return
         g = attempt.group
         attempt.channels = self.channels.setdefault(g, set())
         revoke = attempt.moves.revoke if attempt.moves is not None else None
@@ -355,6 +368,19 @@ class Rebalancer:
             # failure here costs nothing: the start step lists them again.
             self._know_channels(attempt, attempt.moves.gain, retry=False)
 
+    def _send_handover(self, attempt: Attempt, m: Moves) -> None:
+        """The one step of a hand-over: stops to the members giving partitions up, starts to those receiving."""
+        attempt.channels = self.channels.setdefault(attempt.group, set())
+        attempt.stop_done_at = self.clock()
+        # Both kinds of command of this generation: cmd-<epoch>-<generation>-stop-… and …-start-…
+        attempt.prefix = f"{paths.COMMAND_PREFIX}{self.epoch}-{attempt.generation}-"
+        attempt.recipients = frozenset(m.revoke) | m.gain
+        if not self._know_channels(attempt, attempt.recipients):
+            return
+        ops = channel_ops(attempt) + ownership_ops(attempt)
+        ops += command_ops(attempt, None, self.epoch, self.wall_ms())
+        self._write(attempt, ops, GroupPhase.STARTING, attempt.read.state_version)
+
     def _send_start(self, attempt: Attempt) -> None:
         attempt.step = Step.STARTING
         attempt.stop_done_at = self.clock()
@@ -362,6 +388,15 @@ class Rebalancer:
         attempt.recipients = frozenset(attempt.plan.members if attempt.moves is None else attempt.moves.gain)
         if not self._know_channels(attempt, attempt.recipients):
             return
+        state = attempt.read.snapshot.state
+        if attempt.moves is None and state is not None and state.phase is not GroupPhase.STABLE:
+            # After an interrupted attempt, which may have been a hand-over: an old owner may have written its owner
+            # znodes after this attempt read them (before acknowledging this attempt's stop, so not after now).
+            try:
+                attempt.read = with_owners_read_again(self.zk, attempt.read, self.members)
+            except ZkError as e:
+                self._retry(attempt, f"cannot read the owner znodes again: {e}")
+                return
         ops = channel_ops(attempt) + ownership_ops(attempt)
         ops += command_ops(attempt, CommandOption.START_FETCHER, self.epoch, self.wall_ms())
         self._write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
@@ -405,9 +440,9 @@ class Rebalancer:
         the channels instead)."""
         attempt.uncertain = False
         attempt.channels |= attempt.recipients
-        option = _option(attempt.step)
         revoke = attempt.moves.revoke if attempt.moves is not None else {}
         for cid in sorted(attempt.recipients):
+            option = attempt.option_for(cid)
             if option is CommandOption.START_FETCHER:
                 partitions = sum(len(p) for p in threads_of(attempt.plan.target, cid).values())
             else:
@@ -422,6 +457,8 @@ class Rebalancer:
                 partitions=partitions,
             )
         self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
+        if attempt.step is Step.HANDOVER and created:
+            fault_point("coordinator.mid_handover", self.journal)  # written and journalled, nothing acknowledged
         if created:
             self._watch_commands(attempt, created)
         elif not attempt.outstanding:  # a group with no members has nothing to wait for
@@ -537,7 +574,7 @@ class Rebalancer:
             self.retries.pop(group, None)
             self.metrics.rebalances_failed += 1
             self.group_state[group] = "failed"
-            self._persist_failure(group, generation, reason)
+            self.writer.persist_failure(group, generation, reason, self.wall_ms())
             self.journal.emit(
                 "rebalance.failed",
                 group=group,
@@ -561,34 +598,3 @@ class Rebalancer:
             reason=reason,
         )
         self.schedule(backoff, group, -1)  # token -1: "retry now" (see Coordinator._on_timer)
-
-    def _persist_failure(self, group: str, generation: int | None, reason: str) -> None:
-        try:
-            data, stat = self.zk.get(paths.group_state(group))
-            state = GroupState.decode(data, paths.group_state(group))
-        except (ZkError, CodecError):
-            return  # nothing readable to annotate; the journal and the log carry the failure
-        failed = GroupState(
-            generation=generation or state.generation,
-            phase=GroupPhase.FAILED,
-            epoch=self.epoch,
-            members=state.members,
-            target=state.target,
-            assignor=state.assignor,
-            updated_ms=self.wall_ms(),
-            attempt=state.attempt,
-            error=reason[:500],
-            legacy=state.legacy,  # a migrating group stays one: its zk-client members are still there
-        )
-        txn = self.writer.fence.transaction()
-        txn.set_data(paths.group_state(group), failed.encode(), stat.version)
-        try:
-            self.writer.fence.commit(txn)
-        except FencedError:
-            raise
-        except ZkError as e:
-            log.warning("group %s: could not persist the failure: %s", group, e)
-
-
-def _option(step: Step) -> CommandOption:
-    return CommandOption.STOP_FETCHER if step is Step.STOPPING else CommandOption.START_FETCHER

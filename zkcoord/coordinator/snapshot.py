@@ -80,6 +80,21 @@ def read_group(
     return result
 
 
+def with_owners_read_again(zk: ZkClient, read: ReadResult, members: dict[str, KnownMembers]) -> ReadResult:
+    """``read`` with its ownership registry read again from ZooKeeper (the rest as it was).
+
+    :raises ZkError: on I/O failure.
+    """
+    fresh = read_group(zk, read.snapshot.group, None, members)
+    return dataclasses.replace(
+        read,
+        snapshot=dataclasses.replace(read.snapshot, owners=fresh.snapshot.owners),
+        owner_topics=fresh.owner_topics,
+        owners_root=fresh.owners_root,
+        unreadable_owners=fresh.unreadable_owners,
+    )
+
+
 def read_groups(
     zk: ZkClient,
     groups: Sequence[str],

@@ -45,14 +45,15 @@ def _grace(cluster: RunCluster) -> float:
 
 
 def coordinator_zombie(cluster: RunCluster, rng: random.Random, say: Say) -> str:
-    """Pause the coordinator between its stop and start phases, past its session; resume it after a takeover."""
+    """Pause the coordinator between its stop and start phases (an incremental group's join: in its hand-over),
+    past its session; resume it after a takeover."""
     broker = cluster.coordinator()
     if broker is None:
         return "no coordinator"
     proc = cluster.brokers[broker]
-    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "pause")
+    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "pause", "coordinator.mid_handover")
     trigger = cluster.start_consumer(cluster.workload.static_group)  # a join: the coordinator must rebalance
-    wait_until(lambda: is_stopped(proc.pid), 30, "the coordinator to stop itself at coordinator.before_start")
+    wait_until(lambda: is_stopped(proc.pid), 30, "the coordinator to stop itself mid-rebalance")
     cluster.record_fault("coordinator-pause", f"broker-{broker}", "SIGSTOP between stop and start phases")
     say(f"broker {broker} (coordinator) paused itself after its stop phase; waiting for a takeover")
     wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
@@ -65,14 +66,15 @@ def coordinator_zombie(cluster: RunCluster, rng: random.Random, say: Say) -> str
 
 
 def coordinator_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
-    """SIGKILL the coordinator in the middle of a rebalance (at coordinator.before_start), then restart it."""
+    """SIGKILL the coordinator in the middle of a rebalance (at coordinator.before_start, or in a hand-over), then
+    restart it."""
     broker = cluster.coordinator()
     if broker is None:
         return "no coordinator"
     proc = cluster.brokers[broker]
-    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "kill")
+    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "kill", "coordinator.mid_handover")
     cluster.start_consumer(cluster.workload.wildcard_group)
-    wait_until(lambda: not proc.alive(), 30, "the coordinator to die at coordinator.before_start")
+    wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
     cluster.record_fault("coordinator-kill", f"broker-{broker}", "SIGKILL mid-rebalance")
     say(f"broker {broker} (coordinator) killed mid-rebalance")
     wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")

@@ -1,0 +1,151 @@
+"""The consumer's side of a hand-over (a one-step incremental rebalance), stepped by hand against a real ZooKeeper.
+
+No coordinator runs here: the test writes what one would (owner znodes, commands), so that each step happens in a
+known order.  What must hold: a start-fetcher that awaits a partition does not fetch it, nor acknowledge itself,
+until the partition's owner znode names its thread; the previous owner writes that only in the transaction that
+commits its offset, after it stopped fetching (S2, S3); a newer command supersedes the wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from tests.integration.test_consumer import drain, produce
+from zkcoord import paths
+from zkcoord.journal import Journal, JournalEvent, read_journal
+from zkcoord.procs import wait_until
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.znodes import Command, CommandOption, decode_owner, encode_owner
+
+pytestmark = pytest.mark.integration
+
+GROUP, TOPIC = "g", "t"
+P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+
+@pytest.fixture
+def zk(zk_hosts: str) -> Iterator[ZkClient]:
+    with ZkClient(ZkConfig.from_string(zk_hosts)) as client:
+        yield client
+
+
+def member(zk_hosts: str, data: Path, journal: Path, stack: ExitStack) -> Consumer:
+    config = ConsumerConfig(
+        group=GROUP,
+        subscription=Subscription.static({TOPIC: 1}),
+        zk=zk_hosts,
+        data_dir=data,
+        session_timeout_s=4.0,
+        rebalance="incremental",
+        auto_commit=False,
+    )
+    consumer = Consumer(config, journal=Journal(journal, "consumer"))
+    stack.enter_context(consumer)
+    return consumer
+
+
+def send(zk: ZkClient, to: Consumer, command: Command) -> str:
+    """Write ``command`` into ``to``'s channel, as the coordinator would; return its path."""
+    prefix = f"{paths.channel(GROUP, to.consumer_id)}/{paths.COMMAND_PREFIX}{command.epoch}-{command.generation}-"
+    return zk.create(prefix, command.encode(), sequence=True)
+
+
+def gone(zk: ZkClient, path: str) -> bool:
+    return zk.exists(path) is None
+
+
+def owner(zk: ZkClient, tp: TopicPartition) -> str:
+    return decode_owner(zk.get(paths.owner(GROUP, tp.topic, tp.partition))[0])
+
+
+def fetch_events(journal: Path, consumer: Consumer, tp: TopicPartition) -> list[JournalEvent]:
+    return [
+        e
+        for e in read_journal(journal)
+        if e.event in ("fetch.started", "fetch.stopped")
+        and e.fields.get("consumer") == consumer.consumer_id
+        and (e.fields.get("topic"), e.fields.get("partition")) == (tp.topic, tp.partition)
+    ]
+
+
+def start(generation: int, to: Consumer, parts: dict[int, str], awaiting: tuple[int, ...] = ()) -> Command:
+    return Command(
+        CommandOption.START_FETCHER,
+        1,
+        generation,
+        GROUP,
+        {TOPIC: parts},
+        incremental=generation > 1,
+        incarnation=to.incarnation,
+        awaiting={TOPIC: awaiting} if awaiting else None,
+    )
+
+
+def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
+    data, journal = tmp_path / "data", tmp_path / "journal"
+    produce(data, TOPIC, 2, 40)
+    with ExitStack() as stack:
+        loser = member(zk_hosts, data, journal, stack)
+        gainer = member(zk_hosts, data, journal, stack)
+        old, new = f"{loser.consumer_id}-0", f"{gainer.consumer_id}-0"
+        zk.ensure_path(paths.owners(GROUP, TOPIC))
+        for tp in (P0, P1):
+            zk.create(paths.owner(GROUP, tp.topic, tp.partition), encode_owner(old))
+        first = send(zk, loser, start(1, loser, {0: old, 1: old}))
+        wait_until(lambda: gone(zk, first), 10, "the loser's start acknowledged")
+        drain(loser, 80)  # it consumed both partitions to the end
+        # Generation 2: partition 1 moves to the gainer.  The gainer's start goes out first and must wait.
+        awaiting = send(zk, gainer, start(2, gainer, {1: new}, awaiting=(1,)))
+        wait_until(lambda: any(e.event == "command.awaiting" for e in read_journal(journal)), 10, "the gainer to await")
+        assert not gone(zk, awaiting), "a start awaiting a hand-over was acknowledged"
+        assert P1 not in gainer.assignment() and owner(zk, P1) == old
+        stop = Command(
+            CommandOption.STOP_FETCHER,
+            1,
+            2,
+            GROUP,
+            revoke={TOPIC: (1,)},
+            incarnation=loser.incarnation,
+            handover={TOPIC: {1: new}},
+        )
+        stopped = send(zk, loser, stop)
+        wait_until(lambda: gone(zk, stopped) and gone(zk, awaiting), 10, "both commands acknowledged")
+        wait_until(lambda: P1 in gainer.assignment(), 10, "the gainer fetching partition 1")
+        assert owner(zk, P1) == new and owner(zk, P0) == old
+        assert set(loser.assignment()) == {P0}, "the loser stops only what it hands over"
+        # S3: the loser's position was committed with the hand-over; the gainer starts there, not from the policy.
+        assert zk.get(paths.offset(GROUP, TOPIC, 1))[0] == b"40"
+        assert [e.fields["offset"] for e in fetch_events(journal, gainer, P1)] == [40]
+        # S2: the gainer started after the loser stopped (one process: its journal order is exact).
+        (stopped_at,) = [e for e in fetch_events(journal, loser, P1) if e.event == "fetch.stopped"]
+        (started_at,) = fetch_events(journal, gainer, P1)
+        assert started_at.mono_ns > stopped_at.mono_ns
+
+
+def test_a_newer_command_supersedes_a_wait(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
+    data, journal = tmp_path / "data", tmp_path / "journal"
+    produce(data, TOPIC, 2, 10)
+    with ExitStack() as stack:
+        gainer = member(zk_hosts, data, journal, stack)
+        new = f"{gainer.consumer_id}-0"
+        zk.ensure_path(paths.owners(GROUP, TOPIC))
+        zk.create(paths.owner(GROUP, TOPIC, 0), encode_owner(new))
+        zk.create(paths.owner(GROUP, TOPIC, 1), encode_owner("g_h-1-0000ffff-0"))  # someone else, for now
+        awaiting = send(zk, gainer, start(2, gainer, {0: new, 1: new}, awaiting=(1,)))
+        wait_until(lambda: P0 in gainer.assignment(), 10, "the partition not awaited started at once")
+        assert not gone(zk, awaiting) and P1 not in gainer.assignment()
+        # A newer coordinator's eager stop: the wait ends, the old start is acknowledged with it.
+        eager_stop = send(zk, gainer, Command(CommandOption.STOP_FETCHER, 2, 3, GROUP, incarnation=gainer.incarnation))
+        wait_until(lambda: gone(zk, eager_stop) and gone(zk, awaiting), 10, "both acknowledged")
+        assert gainer.assignment() == {}
+        # The hand-over lands late: nothing starts.  (The refused command after it is handled after the owner
+        # event, both coming from one session in zxid order, so its acknowledgement says the event was seen.)
+        zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))
+        stale = send(zk, gainer, Command(CommandOption.STOP_FETCHER, 1, 1, GROUP))
+        wait_until(lambda: gone(zk, stale), 10, "the stale command refused")
+        assert gainer.assignment() == {}, "a superseded wait started a partition"
