@@ -25,6 +25,7 @@ handing out records before the server can have expired its session and let the c
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -61,12 +62,16 @@ class Consumer:
         on_partitions_assigned: PartitionsCallback | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        wall_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.config = config
         self.consumer_id = config.consumer_id or new_consumer_id(config.group)
         self.journal = journal or Journal(None, "consumer")
         self.clock = clock
         self.wall_ms = wall_ms
+        self._wall_ns = wall_ns
+        #: monotonic time of the last gate check that let ``poll`` hand records out (poll's thread only)
+        self._handed_at = 0.0
         self.zk = ZkClient(
             ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
         )
@@ -210,7 +215,7 @@ class Consumer:
         records = self.fetcher.poll(timeout)
         if records:
             self._delivered += len(records)
-            self._journal_consumed(records)
+            self._journal_consumed(records, self._wall_ms_at(self._handed_at, up=False))
         return records
 
     def commit(self) -> dict[TopicPartition, int]:
@@ -246,7 +251,18 @@ class Consumer:
     # --- internals ----------------------------------------------------------------------------------------------
 
     def _may_deliver(self) -> bool:
-        return self.config.unsafe_no_fencing or self.lease.valid()
+        """The fetcher's gate (S6), checked under its lock right before ``poll`` takes records."""
+        if self.config.unsafe_no_fencing or self.lease.valid():
+            self._handed_at = self.clock()
+            return True
+        return False
+
+    def _wall_ms_at(self, mono: float, *, up: bool) -> int:
+        """Wall-clock milliseconds at monotonic time ``mono``, from one reading of both clocks to the microsecond:
+        rounded up for a lease deadline, down for a moment records were handed out, so records handed out before
+        the deadline are never journalled after it (S2's check compares the two)."""
+        ms = (self._wall_ns() - (self.clock() - mono) * 1e9) / 1e6
+        return math.ceil(ms) if up else math.floor(ms)
 
     def _heartbeat(self) -> None:
         """Renew the lease with acknowledged round trips; report its expiry and its recovery to the command thread.
@@ -279,7 +295,7 @@ class Consumer:
                 self._events.put(("lease-renewed", None))
 
     def _lease_deadline_ms(self) -> int:
-        return self.wall_ms() - round((self.clock() - self.lease.deadline) * 1000)
+        return self._wall_ms_at(self.lease.deadline, up=True)
 
     def _fetch_started(self, tp: TopicPartition, offset: int, thread: str) -> None:
         self.journal.emit(
@@ -312,8 +328,9 @@ class Consumer:
             **fields,
         )
 
-    def _journal_consumed(self, records: list[ConsumerRecord]) -> None:
+    def _journal_consumed(self, records: list[ConsumerRecord], at_ms: int) -> None:
         """Journal what ``poll`` handed out as offset ranges: one event per run of records of one partition.
+        ``at_ms``: when the gate let them out (the event itself is written a little later).
 
         ``poll`` returns each partition's records as one contiguous run, so this walks run boundaries only.
         """
@@ -338,6 +355,7 @@ class Consumer:
                 first=first.offset,
                 last=records[end - 1].offset,
                 count=end - start,
+                at_ms=at_ms,
             )
             start = end
 

@@ -117,15 +117,20 @@ def clean_run(run_dir: Path) -> Run:
     r.fetch(1246, A, 0, True)
     r.fetch(1246, A, 1, True)
     r.consumed(1300, A, 0, 0, 49)
-    r.consumed(1300, A, 1, 0, 49)
+    r.consumed(1300, A, 1, 0, 39)
     r.commit(1400, A, 0, 50)
-    r.commit(1400, A, 1, 50)
+    r.commit(1400, A, 1, 40)
     r.register(1500, B, 202, {TOPIC: 1})
     r.rebalance(1510, 2, [A, B])
     r.command(1515, A, "stop-fetcher", 1, 2)
     r.command(1515, B, "stop-fetcher", 1, 2)
     r.fetch(1518, A, 0, False, 50)
     r.fetch(1518, A, 1, False, 50)
+    r.commit(1518, A, 1, 50)
+    # A poll handed 40..49 out at 1517, just before the stop, and its event was written at 1519, just after (poll's
+    # thread journals once it returns): the hand-out time (at_ms) is what counts, so it is inside A's ownership.
+    r.consumers[A].emit(1519, "records.consumed", group=GROUP, consumer=A, thread=f"{A}-0", topic=TOPIC,
+                        partition=1, first=40, last=49, count=10, at_ms=1517)  # fmt: skip
     r.command(1535, A, "start-fetcher", 1, 2)
     r.command(1535, B, "start-fetcher", 1, 2)
     r.fetch(1551, A, 0, True, 50)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from consumer import Consumer, ConsumerConfig, Subscription
 from consumer.lease import Lease, lease_duration
 
 
@@ -160,3 +162,39 @@ def test_a_shorter_granted_session_shortens_the_lease_at_once() -> None:
     assert lease.deadline == clock.now + 0.5
     with pytest.raises(ValueError, match="positive"):
         lease.resize(0)
+
+
+class FakeWall:
+    """Wall-clock nanoseconds that move with a :class:`FakeClock` (a fixed offset, as on a machine without NTP
+    steps)."""
+
+    def __init__(self, clock: FakeClock, offset_ns: int) -> None:
+        self.clock, self.offset_ns = clock, offset_ns
+
+    def __call__(self) -> int:
+        return self.offset_ns + round(self.clock.now * 1e9)
+
+
+@given(
+    offset_ns=st.integers(1_600_000_000_000_000_000, 1_900_000_000_000_000_000),
+    before_deadline_us=st.integers(1, 2_000_000),
+    written_after_us=st.integers(0, 50_000),
+)
+def test_records_handed_out_before_the_lease_deadline_are_never_journalled_after_it(
+    offset_ns: int, before_deadline_us: int, written_after_us: int
+) -> None:
+    """``records.consumed`` carries ``at_ms``, the moment the lease check let the records out, not the (later)
+    moment the event is written; rounded down, it is never after a lease-ended ``fetch.stopped``'s ``at_ms`` (the
+    deadline, rounded up): the analysis compares the two (S2)."""
+    clock = FakeClock(5000.0)
+    wall = FakeWall(clock, offset_ns)
+    config = ConsumerConfig(group="g", subscription=Subscription.static({"t": 1}), zk="127.0.0.1:1", data_dir=Path())
+    consumer = Consumer(config, clock=clock, wall_ns=wall)
+    consumer.lease.renew(clock())
+    clock.now = consumer.lease.deadline - before_deadline_us / 1e6
+    gate_ms = wall() / 1e6
+    assert consumer._may_deliver()  # poll's gate: records go out now
+    clock.advance(before_deadline_us / 1e6 + written_after_us / 1e6)  # the event is written at or after the deadline
+    handed_ms = consumer._wall_ms_at(consumer._handed_at, up=False)
+    assert gate_ms - 1 <= handed_ms <= gate_ms
+    assert handed_ms <= consumer._lease_deadline_ms()

@@ -26,8 +26,14 @@ def produced_ranges(events: DataFrame) -> DataFrame:
 
 
 def consumed_ranges(events: DataFrame) -> DataFrame:
-    """``records.consumed`` as ranges: ``run, ts, group, consumer, thread, topic, partition, first, last``."""
-    return of(events, "records.consumed").where(F.col("group").isNotNull()).select(*CONSUMED_COLUMNS)
+    """``records.consumed`` as ranges: ``run, ts, group, consumer, thread, topic, partition, first, last``.
+
+    ``ts`` is when the records were handed out (the event's ``at_ms``, the consumer's lease check), else when the
+    event was written: the ownership intervals end at a lease deadline measured the same way.
+    """
+    consumed = of(events, "records.consumed").where(F.col("group").isNotNull())
+    handed = consumed.withColumn("ts", F.coalesce(F.col("at_ms").cast("long"), F.col("ts")))
+    return handed.select(*CONSUMED_COLUMNS)
 
 
 def terms(events: DataFrame, bounds: DataFrame) -> DataFrame:
