@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from consumer.commits import Commits
 from consumer.migration import newer
-from consumer.offsets import OffsetCommitFencedError
 from consumer.records import TopicPartition
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
@@ -50,6 +49,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass(slots=True)
+class PendingStart:
+    """A hand-over's start-fetcher: applied, but for the partitions it awaits (command thread only)."""
+
+    name: str
+    path: str
+    command: Command
+    #: partition -> our thread, for the partitions whose previous owner has not handed them over yet
+    awaiting: dict[TopicPartition, str]
+    #: partitions of the command started so far
+    claimed: int = 0
+    #: ``command.applied`` is journalled (the wait is over; the acknowledgement may still be due)
+    journalled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,15 +98,10 @@ class CommandHandler:
         self._stop_received_at: float | None = None
         self._applied: set[str] = set()
         self._unacked: set[str] = set()  # applied, acknowledgement not yet known to have landed
-        #: positions of partitions stopped whose commit has not succeeded yet (a connection loss under it): the
-        #: stop is redelivered and must commit them before it is acknowledged (S3)
-        self._unsettled: dict[TopicPartition, int] = {}
-        self._commit_lock = threading.Lock()
+        self.commits = Commits(consumer)
         self._lost = False
-        #: a start-fetcher applied but for the partitions it awaits (name, path, command, partitions claimed so far)
-        self._pending: tuple[str, str, Command, int] | None = None
-        #: the partitions that start-fetcher awaits: partition -> our thread
-        self._awaiting: dict[TopicPartition, str] = {}
+        #: a hand-over's start-fetcher, applied but for the partitions it awaits, or not yet acknowledged
+        self._pending: PendingStart | None = None
 
     # --- the loop (consumer-cmd thread) ---------------------------------------------------------------------------
 
@@ -137,7 +146,7 @@ class CommandHandler:
             if not self._lost:
                 self.c.fetcher.resume()
         elif kind == "commit":
-            self._commit_quietly(self.c.fetcher.positions())
+            self.commits.quietly(self.c.fetcher.positions())
         elif kind == "legacy-claim":
             self._claim_pending()
         elif kind == "owner":
@@ -147,7 +156,7 @@ class CommandHandler:
 
     def _on_close(self) -> None:
         if not self._lost and self.c.lease.valid():
-            self._commit_quietly({**self._unsettled, **self.c.fetcher.positions()})
+            self.commits.quietly({**self.commits.unsettled, **self.c.fetcher.positions()})
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
         self._release()
@@ -156,7 +165,7 @@ class CommandHandler:
 
     def _release(self) -> None:
         """Forget our claims; a migrating consumer also deletes its 0.8 owner znodes (after the last commit)."""
-        with self._commit_lock:
+        with self.commits.lock:
             self.c.offsets.release()
             if self.c.bridge is not None and not self._lost:
                 self.c.bridge.release()
@@ -171,13 +180,16 @@ class CommandHandler:
             c.lease.invalidate()
             self._lost = True
             c.incarnation = None  # commands for the registration that just ended are refused from now on
-            self._awaiting.clear()  # nothing handed over to the registration that ended is started
+            if self._pending is not None:
+                # Nothing handed over to the registration that ended is started; its start is acknowledged once
+                # we are registered again (the coordinator waits for it until then, or until it sees us change).
+                self._pending.awaiting.clear()
             # Our member znode is gone and the coordinator may already have given our partitions to others:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
             c.fetcher.revoke("session lost")
-            self._unsettled.clear()  # commit nothing: the partitions may be someone else's by now
-            with self._commit_lock:
+            self.commits.unsettled.clear()  # commit nothing: the partitions may be someone else's by now
+            with self.commits.lock:
                 c.offsets.release()
                 if c.bridge is not None:
                     c.bridge.session_lost()
@@ -200,9 +212,12 @@ class CommandHandler:
         if not self._lost or c.session_state() is not ConnState.CONNECTED:
             return
         if c.bridge is not None:
-            with self._commit_lock:
+            with self.commits.lock:
                 c.bridge.release_leaked()
         c.register()
+        if self._pending is not None:  # the wait of the registration that ended: over, acknowledged unapplied
+            self._ack(self._pending.path, self._pending.name)
+            self._pending = None
         self._lost = False
 
     # --- commands ------------------------------------------------------------------------------------------------
@@ -223,8 +238,6 @@ class CommandHandler:
                 self._reject(name, None, "not a command znode")
                 self._ack(path, name)
                 continue
-            if self._pending is not None:
-                self._supersede(*self._pending)
             try:
                 data, _ = c.zk.get(path)
             except NoNodeError:
@@ -236,6 +249,8 @@ class CommandHandler:
                 self._ack(path, name)
                 continue
             reason = self._refusal(command)
+            if reason is None and self._pending is not None and self._pending.name != name:
+                self._supersede(self._pending)  # a newer command, to be applied: the wait is over
             if reason is not None:
                 self._reject(name, command, reason)
             elif command.option is CommandOption.STOP_FETCHER:
@@ -282,8 +297,10 @@ class CommandHandler:
             self._journal_applied(name, command, len(revoked))
             return acked
         self._stop_received_at = c.clock()
-        revoked = sorted({*c.fetcher.assignment(), *self._unsettled})
-        self._commit_stopped(c.fetcher.revoke("stop-fetcher"))  # S3: commit before acknowledging the stop
+        revoked = sorted({*c.fetcher.assignment(), *self.commits.unsettled})
+        self.commits.stopped(
+            c.fetcher.revoke("stop-fetcher"), lost=self._lost
+        )  # S3: commit before acknowledging the stop
         self._release()
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
@@ -302,12 +319,12 @@ class CommandHandler:
         partitions of ``handover`` get their new owner in that transaction too (after they stopped: S2)."""
         c = self.c
         stopping = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
-        revoked = sorted({*stopping, *self._unsettled})  # with any a failed commit left (this stop, redelivered)
+        revoked = sorted({*stopping, *self.commits.unsettled})  # with any a failed commit left (this stop, redelivered)
         if not revoked and not handover:
             return [], False
         positions = c.fetcher.revoke_some(stopping, reason) if stopping else {}
-        acked = self._commit_stopped(positions, ack, handover)
-        with self._commit_lock:
+        acked = self.commits.stopped(positions, ack, handover, lost=self._lost)
+        with self.commits.lock:
             c.offsets.release(revoked)
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
@@ -335,7 +352,7 @@ class CommandHandler:
             self._revoke({tp for tp, thread in held.items() if ownership.get(tp) != thread}, "start-fetcher")
             ownership = {tp: thread for tp, thread in ownership.items() if held.get(tp) != thread}
         elif c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
-            self._commit_quietly(c.fetcher.revoke("start-fetcher"))
+            self.commits.quietly(c.fetcher.revoke("start-fetcher"))
             self._release()
         awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
@@ -343,9 +360,14 @@ class CommandHandler:
             {tp: th for tp, th in ownership.items() if tp not in awaiting}, incremental, name
         )
         if awaiting:
-            self._pending, self._awaiting = (name, path, command, claimed), awaiting
-            if self._claim_awaited():
-                return False  # every partition was handed over already: acknowledged
+            pending = self._pending = PendingStart(name, path, command, awaiting, claimed)
+            self._applied.add(name)  # from here on the wait, not the channel listing, finishes it
+            try:
+                if self._claim_awaited():
+                    return False  # every partition was handed over already: acknowledged
+            except ZkError as e:
+                log.warning("consumer %s: reading the awaited owner znodes: %s", c.consumer_id, e)
+                c.redeliver_later(("owner", None))  # read them again shortly
             c.journal.emit(
                 "command.awaiting",
                 group=c.config.group,
@@ -353,8 +375,8 @@ class CommandHandler:
                 name=name,
                 epoch=command.epoch,
                 generation=command.generation,
-                partitions=len(self._awaiting),
-                started=self._pending[3],
+                partitions=len(pending.awaiting),
+                started=pending.claimed,
             )
             return False
         self._finish_start(name, command, claimed)
@@ -380,40 +402,52 @@ class CommandHandler:
 
     def _claim_awaited(self) -> bool:
         """Start the awaited partitions whose owner znode names us now (each read also watches it: the next change
-        brings an ``owner`` event); acknowledge the start-fetcher once none is left, and return True then.  Command
-        thread.
+        brings an ``owner`` event); once none is left, journal the start-fetcher applied and acknowledge it, and
+        return True.  Command thread.
 
-        :raises ZkError: the read failed (the event loop tries again shortly).
+        :raises ZkError: a read or the acknowledgement failed (the event loop tries again shortly; the wait stays
+            until the acknowledgement has landed).
         """
-        if self._pending is None or not self._awaiting or self._lost:
+        p = self._pending
+        if p is None or self._lost:
             return False
         c = self.c
-        result = c.offsets.claim(self._awaiting, add=True, wait=self.c.on_owner_changed)
-        for problem in result.problems:
-            c.journal.emit("input.rejected", what="partition claim", path=self._pending[0], reason=problem)
-        for tp in set(self._awaiting) - result.pending:
-            del self._awaiting[tp]
-        if result.claims:
-            c.fetcher.extend(self._positions({tp: claim.thread for tp, claim in result.claims.items()}))
-            if self.on_assigned is not None:
-                self._callback(self.on_assigned, sorted(result.claims))
-        name, path, command, claimed = self._pending
-        self._pending = (name, path, command, claimed + len(result.claims))
-        if self._awaiting:
-            return False
+        if p.awaiting:
+            result = c.offsets.claim(p.awaiting, add=True, wait=c.on_owner_changed)
+            for problem in result.problems:
+                c.journal.emit("input.rejected", what="partition claim", path=p.name, reason=problem)
+            for tp in set(p.awaiting) - result.pending:
+                del p.awaiting[tp]
+            if result.claims:
+                c.fetcher.extend(self._positions({tp: claim.thread for tp, claim in result.claims.items()}))
+                p.claimed += len(result.claims)
+                if self.on_assigned is not None:
+                    self._callback(self.on_assigned, sorted(result.claims))
+            if p.awaiting:
+                return False
+        if not p.journalled:
+            p.journalled = True
+            self._finish_start(p.name, p.command, p.claimed)
+        self._ack(p.path, p.name)
         self._pending = None
-        self._finish_start(name, command, claimed + len(result.claims))
-        self._ack(path, name)
         return True
 
-    def _supersede(self, name: str, path: str, command: Command, claimed: int) -> None:
-        """A newer command arrived while start-fetcher ``name`` awaited hand-overs: stop waiting, acknowledge it."""
-        log.info(
-            "consumer %s: %s superseded, %d partitions not handed over", self.c.consumer_id, name, len(self._awaiting)
-        )
-        self._pending, self._awaiting = None, {}
-        self._finish_start(name, command, claimed)
-        self._ack(path, name)
+    def _supersede(self, p: PendingStart) -> None:
+        """A newer command is to be applied while start-fetcher ``p`` awaits hand-overs: stop waiting, acknowledge
+        it (the coordinator that sent the newer command does not wait for it).
+
+        :raises ZkError: the acknowledgement failed (the listing is handled again, and supersedes again).
+        """
+        if p.awaiting:
+            log.info(
+                "consumer %s: %s superseded, %d partitions not handed over", self.c.consumer_id, p.name, len(p.awaiting)
+            )
+            p.awaiting.clear()
+        if not p.journalled:
+            p.journalled = True
+            self._finish_start(p.name, p.command, p.claimed)
+        self._ack(p.path, p.name)
+        self._pending = None
 
     def _finish_start(self, name: str, command: Command, claimed: int) -> None:
         c = self.c
@@ -499,82 +533,9 @@ class CommandHandler:
 
     # --- commits -------------------------------------------------------------------------------------------------
 
-    def commit(
-        self,
-        positions: dict[TopicPartition, int],
-        ack: str | None = None,
-        handover: dict[TopicPartition, str] | None = None,
-    ) -> dict[TopicPartition, int]:
-        """Commit (any thread); with ``ack``, delete that command in the same transaction, and with ``handover``
-        set those partitions' owner znodes (see :meth:`OffsetStore.commit`).
-
-        :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
-        """
-        with self._commit_lock:
-            try:
-                written = self.c.offsets.commit(positions, ack=ack, handover=handover)
-            except OffsetCommitFencedError as e:
-                self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
-                self._journal_commits(e.committed)
-                for tp in e.partitions:
-                    self.c.journal.emit(
-                        "offsets.fenced",
-                        group=self.c.config.group,
-                        consumer=self.c.consumer_id,
-                        topic=tp.topic,
-                        partition=tp.partition,
-                    )
-                raise
-            self._mirror(positions)
-            self._journal_commits(written)
-            return written
-
-    def _mirror(self, positions: dict[TopicPartition, int]) -> None:
-        """A migrating consumer's commits go to the 0.8 offsets too (commit lock held)."""
-        if self.c.bridge is not None:
-            self.c.bridge.commit(positions)
-
-    def _commit_stopped(
-        self,
-        positions: dict[TopicPartition, int],
-        ack: str | None = None,
-        handover: dict[TopicPartition, str] | None = None,
-    ) -> bool:
-        """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
-        deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
-        acknowledged meanwhile (S3).  After a session loss nothing is committed (the partitions may be someone
-        else's)."""
-        self._unsettled.update(positions)
-        if self._lost:
-            self._unsettled.clear()
-            return False
-        acked = self._commit_quietly(dict(self._unsettled), ack, handover)
-        self._unsettled.clear()
-        return acked
-
-    def _commit_quietly(
-        self,
-        positions: dict[TopicPartition, int],
-        ack: str | None = None,
-        handover: dict[TopicPartition, str] | None = None,
-    ) -> bool:
-        """Commit, logging a fenced partition; True if ``ack`` was deleted with it."""
-        try:
-            self.commit(positions, ack, handover)
-        except OffsetCommitFencedError as e:
-            log.warning("consumer %s: %s", self.c.consumer_id, e)
-        return ack is not None
-
-    def _journal_commits(self, written: dict[TopicPartition, int]) -> None:
-        for tp, offset in sorted(written.items()):
-            self.c.journal.emit(
-                "offsets.committed",
-                group=self.c.config.group,
-                consumer=self.c.consumer_id,
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=offset,
-            )
+    def commit(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Commit ``positions`` (any thread): :meth:`consumer.commits.Commits.commit`."""
+        return self.commits.commit(positions)
 
     def _callback(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> None:
         try:

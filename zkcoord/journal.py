@@ -67,7 +67,7 @@ EVENTS: dict[str, str] = {
     "command.rejected": "a consumer refused (and acknowledged) a command: group, consumer, name, reason, ...",
     "command.awaiting": (
         "a consumer applied a start-fetcher but for partitions still to be handed over to it: group, consumer, "
-        "name, generation, partitions"
+        "name, epoch, generation, partitions, started"
     ),
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",

@@ -8,18 +8,21 @@ commits its offset, after it stopped fetching (S2, S3); a newer command supersed
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from consumer.offsets import Claims
 from tests.integration.test_consumer import drain, produce
+from tests.zkutil import expire_session
 from zkcoord import paths
+from zkcoord.errors import ZkUnavailableError
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import wait_until
-from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
 from zkcoord.znodes import Command, CommandOption, decode_owner, encode_owner
 
 pytestmark = pytest.mark.integration
@@ -149,3 +152,87 @@ def test_a_newer_command_supersedes_a_wait(zk: ZkClient, zk_hosts: str, tmp_path
         stale = send(zk, gainer, Command(CommandOption.STOP_FETCHER, 1, 1, GROUP))
         wait_until(lambda: gone(zk, stale), 10, "the stale command refused")
         assert gainer.assignment() == {}, "a superseded wait started a partition"
+
+
+def _awaiting_gainer(zk: ZkClient, zk_hosts: str, tmp_path: Path, stack: ExitStack) -> tuple[Consumer, str, str]:
+    """A gainer sent a start that awaits partition 1 (owned by another thread); returns it, its thread, the start."""
+    produce(tmp_path / "data", TOPIC, 2, 10)
+    gainer = member(zk_hosts, tmp_path / "data", tmp_path / "journal", stack)
+    new = f"{gainer.consumer_id}-0"
+    zk.ensure_path(paths.owners(GROUP, TOPIC))
+    zk.create(paths.owner(GROUP, TOPIC, 1), encode_owner("g_h-1-0000ffff-0"))
+    return gainer, new, send(zk, gainer, start(2, gainer, {1: new}, awaiting=(1,)))
+
+
+def _applied(journal: Path, name: str) -> list[JournalEvent]:
+    return [e for e in read_journal(journal) if e.event == "command.applied" and e.fields.get("name") == name]
+
+
+def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
+    zk: ZkClient, zk_hosts: str, tmp_path: Path
+) -> None:
+    """The first read of the awaited owner znodes fails (a connection loss): the channel listing is handled again,
+    and the start must not take itself for a newer command (it would acknowledge itself and never fetch)."""
+    with ExitStack() as stack:
+        produce(tmp_path / "data", TOPIC, 2, 10)
+        gainer = member(zk_hosts, tmp_path / "data", tmp_path / "journal", stack)
+        real_claim, failed = gainer.offsets.claim, list[bool]()
+
+        def claim_failing_once(
+            ownership: Mapping[TopicPartition, str],
+            *,
+            add: bool = False,
+            wait: Callable[[WatchEvent], None] | None = None,
+        ) -> Claims:
+            if wait is not None and not failed:
+                failed.append(True)
+                raise ZkUnavailableError("injected connection loss", "owners")
+            return real_claim(ownership, add=add, wait=wait)
+
+        gainer.offsets.claim = claim_failing_once  # type: ignore[method-assign]
+        new = f"{gainer.consumer_id}-0"
+        zk.ensure_path(paths.owners(GROUP, TOPIC))
+        zk.create(paths.owner(GROUP, TOPIC, 1), encode_owner("g_h-1-0000ffff-0"))
+        awaiting = send(zk, gainer, start(2, gainer, {1: new}, awaiting=(1,)))
+        wait_until(lambda: bool(failed) and gainer.handler._pending is not None, 10, "the failed read, then a wait")
+        assert not gone(zk, awaiting), "the start acknowledged itself"
+        zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))  # the hand-over
+        wait_until(lambda: P1 in gainer.assignment() and gone(zk, awaiting), 10, "partition 1 started, then acked")
+        assert len(_applied(tmp_path / "journal", awaiting.rpartition("/")[2])) == 1
+
+
+def test_a_lost_acknowledgement_of_a_finished_wait_is_retried(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        gainer, new, awaiting = _awaiting_gainer(zk, zk_hosts, tmp_path, stack)
+        wait_until(lambda: gainer.handler._pending is not None, 10, "the wait")
+        real_delete, failed = gainer.zk.delete, list[bool]()
+
+        def delete_failing_once(path: str, *args: object, **kw: object) -> None:
+            if path == awaiting and not failed:
+                failed.append(True)
+                raise ZkUnavailableError("injected connection loss", path)
+            real_delete(path, *args, **kw)  # type: ignore[arg-type]
+
+        gainer.zk.delete = delete_failing_once  # type: ignore[method-assign]
+        zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))
+        wait_until(lambda: bool(failed) and gone(zk, awaiting), 10, "the acknowledgement, retried")
+        assert P1 in gainer.assignment()
+
+
+def test_a_wait_ends_with_the_session_and_is_acknowledged_after_registering_again(
+    zk: ZkClient, zk_hosts: str, tmp_path: Path
+) -> None:
+    with ExitStack() as stack:
+        gainer, new, awaiting = _awaiting_gainer(zk, zk_hosts, tmp_path, stack)
+        wait_until(lambda: gainer.handler._pending is not None, 10, "the wait")
+        incarnation = gainer.incarnation
+        expire_session(gainer.zk.kazoo)
+        wait_until(lambda: gainer.incarnation not in (None, incarnation), 20, "registered again")
+        wait_until(lambda: gone(zk, awaiting), 10, "the old start acknowledged")
+        # The hand-over meant for the old registration lands late: nothing starts.  (A stale command after it is
+        # handled after the owner event, both from one session in zxid order.)
+        zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))
+        stale = send(zk, gainer, Command(CommandOption.STOP_FETCHER, 1, 1, GROUP))
+        wait_until(lambda: gone(zk, stale), 10, "the stale command refused")
+        assert gainer.assignment() == {}
+        assert _applied(tmp_path / "journal", awaiting.rpartition("/")[2]) == []

@@ -43,8 +43,10 @@ class ReadResult:
 class KnownRegistry:
     """The ownership registry of a group as this coordinator left it, valid while the state znode's version is
     still ``state_version``: every change to ``owners/`` is written in a transaction that also writes the state
-    (conditionally, behind the fence), so an unchanged state version vouches for an unchanged registry and the
-    per-partition owner reads can be skipped (a rebalance of P partitions saves P requests)."""
+    (conditionally, behind the fence), or by a hand-over's old owner during an attempt, which wrote the state first
+    and leaves it STABLE only once every hand-over is acknowledged (so done).  An unchanged state version therefore
+    vouches for an unchanged registry, and the per-partition owner reads can be skipped (a rebalance of P partitions
+    saves P requests)."""
 
     state_version: int
     owners: dict[str, dict[int, str]]

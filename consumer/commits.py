@@ -1,0 +1,111 @@
+"""The consumer's commits (S3): fenced by the ownership registry, mirrored to Kafka 0.8's offsets for a migrating
+consumer, journalled; and the positions of partitions stopped whose commit has not landed yet.
+
+Threads: :meth:`Commits.commit` from any thread (the application's ``commit()``, ``poll()``'s auto-commit through the
+command thread, the command thread); the rest on the command thread.  :attr:`Commits.lock` serialises commits with
+the releases of claims.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from consumer.offsets import OffsetCommitFencedError
+from consumer.records import TopicPartition
+
+if TYPE_CHECKING:
+    from consumer.client import Consumer
+
+log = logging.getLogger(__name__)
+
+
+class Commits:
+    def __init__(self, consumer: Consumer) -> None:
+        self.c = consumer
+        self.lock = threading.Lock()
+        #: positions of partitions stopped whose commit has not succeeded yet (a connection loss under it): the
+        #: stop is redelivered and must commit them before it is acknowledged (S3)
+        self.unsettled: dict[TopicPartition, int] = {}
+
+    def commit(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Commit; with ``ack``, delete that command in the same transaction, and with ``handover`` set those
+        partitions' owner znodes (see :meth:`consumer.offsets.OffsetStore.commit`).
+
+        :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
+        :raises ZkError: nothing was committed.
+        """
+        c = self.c
+        with self.lock:
+            try:
+                written = c.offsets.commit(positions, ack=ack, handover=handover)
+            except OffsetCommitFencedError as e:
+                self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
+                self._journal(e.committed)
+                for tp in e.partitions:
+                    c.journal.emit(
+                        "offsets.fenced",
+                        group=c.config.group,
+                        consumer=c.consumer_id,
+                        topic=tp.topic,
+                        partition=tp.partition,
+                    )
+                raise
+            self._mirror(positions)
+            self._journal(written)
+            return written
+
+    def stopped(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+        *,
+        lost: bool,
+    ) -> bool:
+        """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
+        deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
+        acknowledged meanwhile (S3).  After a session loss (``lost``) nothing is committed (the partitions may be
+        someone else's)."""
+        self.unsettled.update(positions)
+        if lost:
+            self.unsettled.clear()
+            return False
+        acked = self.quietly(dict(self.unsettled), ack, handover)
+        self.unsettled.clear()
+        return acked
+
+    def quietly(
+        self,
+        positions: dict[TopicPartition, int],
+        ack: str | None = None,
+        handover: dict[TopicPartition, str] | None = None,
+    ) -> bool:
+        """Commit, logging a fenced partition; True if ``ack`` was deleted with it.  :raises ZkError: as commit."""
+        try:
+            self.commit(positions, ack, handover)
+        except OffsetCommitFencedError as e:
+            log.warning("consumer %s: %s", self.c.consumer_id, e)
+        return ack is not None
+
+    def _mirror(self, positions: dict[TopicPartition, int]) -> None:
+        """A migrating consumer's commits go to the 0.8 offsets too (lock held)."""
+        if self.c.bridge is not None:
+            self.c.bridge.commit(positions)
+
+    def _journal(self, written: dict[TopicPartition, int]) -> None:
+        for tp, offset in sorted(written.items()):
+            self.c.journal.emit(
+                "offsets.committed",
+                group=self.c.config.group,
+                consumer=self.c.consumer_id,
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+            )
