@@ -282,6 +282,26 @@ def threads_of(assignment: Mapping[str, Mapping[int, str]], consumer_id: str) ->
     return mine
 
 
+def shares(assignment: Mapping[str, Mapping[int, str]]) -> dict[str, Assignment]:
+    """``assignment`` split by consumer: ``threads_of(assignment, c)`` for every consumer ``c`` at once, in one pass
+    (a coordinator that needs the share of every member does not scan the whole assignment per member).  Threads
+    that are not thread ids belong to no consumer and are left out.
+
+    >>> shares({"t": {0: "g_h-1-aaaa-0", 1: "g_h-1-bbbb-0", 2: "g_h-1-aaaa-1"}})["g_h-1-aaaa"]
+    {'t': {0: 'g_h-1-aaaa-0', 2: 'g_h-1-aaaa-1'}}
+    """
+    out: dict[str, dict[str, dict[int, str]]] = {}
+    owner_of: dict[str, str | None] = {}
+    for topic, owners in assignment.items():
+        for partition, thread in owners.items():
+            if thread not in owner_of:
+                owner_of[thread] = consumer_of(thread)
+            consumer = owner_of[thread]
+            if consumer is not None:
+                out.setdefault(consumer, {}).setdefault(topic, {})[partition] = thread
+    return out
+
+
 def moved_partitions(old: Mapping[str, Mapping[int, str]], new: Mapping[str, Mapping[int, str]]) -> int:
     """How many partitions change owning *thread* between two assignments.
 

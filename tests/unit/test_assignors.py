@@ -26,6 +26,7 @@ from zkcoord.assignors import (
     moved_partitions,
     range_assign,
     roundrobin_assign,
+    shares,
     thread_id,
     threads_of,
 )
@@ -336,3 +337,20 @@ def test_moved_partitions_is_a_distance(a: Subscriptions, b: Subscriptions, part
     total = sum(map(len, old.values())) + sum(map(len, new.values()))
     assert moved_partitions(old, new) <= total
     assert (moved_partitions(old, new) == 0) == (old == new)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["t", "u"]),
+        st.dictionaries(
+            st.integers(0, 50),
+            st.sampled_from(["g_h-1-aaaa-0", "g_h-1-aaaa-1", "g_h-1-aaaa-1-0", "g_h-1-bbbb-0", "no-thread-x", "x"]),
+        ),
+    )
+)
+def test_shares_is_threads_of_for_every_consumer_at_once(assignment: dict[str, dict[int, str]]) -> None:
+    split = shares(assignment)
+    consumers = {c for owners in assignment.values() for t in owners.values() if (c := consumer_of(t)) is not None}
+    assert set(split) == consumers
+    for consumer in consumers:
+        assert split[consumer] == threads_of(assignment, consumer)

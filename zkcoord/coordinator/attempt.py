@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from zkcoord import paths
-from zkcoord.assignors import threads_of
+from zkcoord.assignors import Assignment, shares
 from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import Moves, Plan
 from zkcoord.coordinator.snapshot import ReadResult
@@ -75,6 +75,15 @@ class Attempt:
     stop_ms: float = 0.0
     #: a write whose outcome is unknown (connection lost); resumed on reconnect
     uncertain: bool = False
+    #: the plan's target split by member (see :meth:`share`)
+    _shares: dict[str, Assignment] | None = field(default=None, init=False, repr=False)
+
+    def share(self, consumer_id: str) -> Assignment:
+        """The part of the target ``consumer_id``'s threads own (the target is split once per attempt: a step
+        needs the share of every recipient)."""
+        if self._shares is None:
+            self._shares = shares(self.plan.target)
+        return self._shares.get(consumer_id, {})
 
     def option_for(self, consumer_id: str) -> CommandOption:
         """The command the current step sends ``consumer_id``."""
@@ -109,7 +118,7 @@ def command_ops(attempt: Attempt, option: CommandOption | None, epoch: int, now_
             epoch,
             attempt.generation,
             g,
-            {} if stop else threads_of(attempt.plan.target, cid),
+            {} if stop else attempt.share(cid),
             now_ms,
             revoke=m.revoke[cid] if stop and m is not None else None,
             incremental=not stop and m is not None,

@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from zkcoord import paths
-from zkcoord.assignors import moved_partitions, threads_of
+from zkcoord.assignors import moved_partitions
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -444,7 +444,7 @@ class Rebalancer:
         for cid in sorted(attempt.recipients):
             option = attempt.option_for(cid)
             if option is CommandOption.START_FETCHER:
-                partitions = sum(len(p) for p in threads_of(attempt.plan.target, cid).values())
+                partitions = sum(len(p) for p in attempt.share(cid).values())
             else:
                 partitions = sum(len(p) for p in revoke.get(cid, {}).values())
             self.journal.emit(

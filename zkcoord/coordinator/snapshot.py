@@ -105,7 +105,8 @@ def read_groups(
     known_members: dict[str, KnownMembers] | None = None,
 ) -> dict[str, ReadResult | ZkError]:
     """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
-    dependency (listings; registrations and states; owner topics; owners), whatever the number of groups.
+    dependency (listings; registrations and states; owner topics; owners), whatever the number of groups, and the
+    last two only for groups whose registry is not known.
 
     ``member_ids``: member listings the caller already holds *under a children watch* (any later change is reported
     to it, and it examines the group again then); those groups' ``ids`` are not listed again.
@@ -123,12 +124,18 @@ def read_groups(
     try:
         # The Kafka 0.8 registry of each group is listed too (absent for nearly every group: one cheap NoNode), so
         # that zk-client members are seen even when no member of ours says the group is migrating.
+        # One burst for the owner topics, the zk-client registries and the unlisted member ids.
         n = len(groups)
-        listings = zk.children_many([paths.owners_root(g) for g in groups] + [legacy_paths.ids(g) for g in groups])
+        burst = zk.children_stat_many(
+            [paths.owners_root(g) for g in groups]
+            + [legacy_paths.ids(g) for g in groups]
+            + [paths.group_ids(g) for g in unlisted]
+        )
+        listings = [None if x is None else x[0] for x in burst[: 2 * n]]
         topics = {g: listings[i] for i, g in enumerate(groups)}
         legacy_ids = {g: listings[n + i] or [] for i, g in enumerate(groups)}
         listed = {g: known[g] for g in groups if g in known}
-        ids_stats = zk.children_stat_many([paths.group_ids(g) for g in unlisted])
+        ids_stats = burst[2 * n :]
         listed.update(
             (g, ([], -1) if got is None else (got[0], got[1].cversion))
             for g, got in zip(unlisted, ids_stats, strict=True)
