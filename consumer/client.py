@@ -25,7 +25,6 @@ handing out records before the server can have expired its session and let the c
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
@@ -261,8 +260,8 @@ class Consumer:
         """Wall-clock milliseconds at monotonic time ``mono``, from one reading of both clocks to the microsecond:
         rounded up for a lease deadline, down for a moment records were handed out, so records handed out before
         the deadline are never journalled after it (S2's check compares the two)."""
-        ms = (self._wall_ns() - (self.clock() - mono) * 1e9) / 1e6
-        return math.ceil(ms) if up else math.floor(ms)
+        ns = self._wall_ns() - round((self.clock() - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
+        return -(-ns // 1_000_000) if up else ns // 1_000_000
 
     def _heartbeat(self) -> None:
         """Renew the lease with acknowledged round trips; report its expiry and its recovery to the command thread.
