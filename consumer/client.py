@@ -69,8 +69,6 @@ class Consumer:
         self.clock = clock
         self.wall_ms = wall_ms
         self._wall_ns = wall_ns
-        #: monotonic time of the last gate check that let ``poll`` hand records out (poll's thread only)
-        self._handed_at = 0.0
         self.zk = ZkClient(
             ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
         )
@@ -211,10 +209,10 @@ class Consumer:
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
             self._events.put(("commit", None))
             self._last_commit = self.clock()
-        records = self.fetcher.poll(timeout)
+        records, handed_at = self.fetcher.poll_timed(timeout)
         if records:
             self._delivered += len(records)
-            self._journal_consumed(records, self._wall_ms_at(self._handed_at, up=False))
+            self._journal_consumed(records, self._wall_ms_at(handed_at, up=False))
         return records
 
     def commit(self) -> dict[TopicPartition, int]:
@@ -250,17 +248,23 @@ class Consumer:
     # --- internals ----------------------------------------------------------------------------------------------
 
     def _may_deliver(self) -> bool:
-        """The fetcher's gate (S6), checked under its lock right before ``poll`` takes records."""
-        if self.config.unsafe_no_fencing or self.lease.valid():
-            self._handed_at = self.clock()
-            return True
-        return False
+        """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
+        the fetcher threads before each read."""
+        return self.config.unsafe_no_fencing or self.lease.valid()
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
-        """Wall-clock milliseconds at monotonic time ``mono``, from one reading of both clocks to the microsecond:
-        rounded up for a lease deadline, down for a moment records were handed out, so records handed out before
-        the deadline are never journalled after it (S2's check compares the two)."""
-        ns = self._wall_ns() - round((self.clock() - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
+        """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment
+        records were handed out, so records handed out before the deadline are never journalled after it (S2's
+        check compares the two).  The offset between the clocks is taken from one wall-clock reading between two
+        monotonic ones (their midpoint; read again, up to 3 times, while the two are over 100 µs apart: a thread
+        switch between the readings would shift the result by its length)."""
+        for _ in range(3):
+            before = self.clock()
+            wall = self._wall_ns()
+            after = self.clock()
+            if after - before <= 100e-6:
+                break
+        ns = wall - round(((before + after) / 2 - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
         return -(-ns // 1_000_000) if up else ns // 1_000_000
 
     def _heartbeat(self) -> None:

@@ -118,9 +118,12 @@ class CommandHandler:
                 self._handle(kind, arg)
             except ZkError as e:
                 # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
-                # so the same listing is handled again shortly: an unacknowledged command is never stranded.
+                # so the channel is listed again shortly (not this listing replayed: newer ones may have been
+                # handled meanwhile): an unacknowledged command is never stranded.
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
-                if kind in ("channel", "commit", "legacy-claim", "owner"):
+                if kind == "channel":
+                    self.c.redeliver_later(("channel", None))
+                elif kind in ("commit", "legacy-claim", "owner"):
                     self.c.redeliver_later((kind, arg))
                 elif self._lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
@@ -135,6 +138,8 @@ class CommandHandler:
     def _handle(self, kind: str, arg: object) -> None:
         if kind == "channel" and isinstance(arg, list):
             self._on_channel(arg)
+        elif kind == "channel":  # redelivered after an error: as the channel is now
+            self._on_channel(self.c.zk.get_children(paths.channel(self.c.config.group, self.c.consumer_id)))
         elif kind == "state" and isinstance(arg, ConnState):
             self._on_state(arg)
         elif kind == "lease-expired" and isinstance(arg, int):
@@ -181,9 +186,11 @@ class CommandHandler:
             self._lost = True
             c.incarnation = None  # commands for the registration that just ended are refused from now on
             if self._pending is not None:
-                # Nothing handed over to the registration that ended is started; its start is acknowledged once
-                # we are registered again (the coordinator waits for it until then, or until it sees us change).
+                # Nothing handed over to the registration that ended is started; its start is acknowledged, not
+                # journalled as applied, once we are registered again (the coordinator waits for it until then, or
+                # until it sees us change).
                 self._pending.awaiting.clear()
+                self._pending.journalled = True
             # Our member znode is gone and the coordinator may already have given our partitions to others:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
@@ -215,10 +222,15 @@ class CommandHandler:
             with self.commits.lock:
                 c.bridge.release_leaked()
         c.register()
-        if self._pending is not None:  # the wait of the registration that ended: over, acknowledged unapplied
-            self._ack(self._pending.path, self._pending.name)
-            self._pending = None
         self._lost = False
+        if self._pending is not None:  # the wait of the registration that ended: over, acknowledged unapplied
+            try:
+                self._ack(self._pending.path, self._pending.name)
+            except ZkError as e:
+                log.warning("consumer %s: acknowledging %s: %s", c.consumer_id, self._pending.name, e)
+                c.redeliver_later(("owner", None))  # _claim_awaited finishes it
+                return
+            self._pending = None
 
     # --- commands ------------------------------------------------------------------------------------------------
 
@@ -368,6 +380,8 @@ class CommandHandler:
             except ZkError as e:
                 log.warning("consumer %s: reading the awaited owner znodes: %s", c.consumer_id, e)
                 c.redeliver_later(("owner", None))  # read them again shortly
+            if pending.journalled:
+                return False  # applied already; only its acknowledgement failed (retried from the owner event)
             c.journal.emit(
                 "command.awaiting",
                 group=c.config.group,
@@ -438,20 +452,23 @@ class CommandHandler:
 
         :raises ZkError: the acknowledgement failed (the listing is handled again, and supersedes again).
         """
-        if p.awaiting:
+        if not p.journalled:
+            # Journalled as superseded, with what it never started: the group did not settle on this command.
             log.info(
                 "consumer %s: %s superseded, %d partitions not handed over", self.c.consumer_id, p.name, len(p.awaiting)
             )
-            p.awaiting.clear()
-        if not p.journalled:
             p.journalled = True
-            self._finish_start(p.name, p.command, p.claimed)
+            self._finish_start(p.name, p.command, p.claimed, not_started=len(p.awaiting))
+        p.awaiting.clear()
         self._ack(p.path, p.name)
         self._pending = None
 
-    def _finish_start(self, name: str, command: Command, claimed: int) -> None:
+    def _finish_start(self, name: str, command: Command, claimed: int, *, not_started: int | None = None) -> None:
+        """Journal start-fetcher ``name`` applied (``not_started``: superseded, with that many partitions never
+        handed over) and count the rebalance."""
         c = self.c
-        self._journal_applied(name, command, claimed)
+        extra = {} if not_started is None else {"superseded": True, "not_started": not_started}
+        self._journal_applied(name, command, claimed, **extra)
         if self._stop_received_at is not None:
             latency = (c.clock() - self._stop_received_at) * 1000
             self.rebalances += 1
@@ -518,7 +535,7 @@ class CommandHandler:
         )
         log.warning("consumer %s: refused command %s: %s", c.consumer_id, name, reason)
 
-    def _journal_applied(self, name: str, command: Command, partitions: int) -> None:
+    def _journal_applied(self, name: str, command: Command, partitions: int, **extra: object) -> None:
         c = self.c
         c.journal.emit(
             "command.applied",
@@ -529,6 +546,7 @@ class CommandHandler:
             epoch=command.epoch,
             generation=command.generation,
             partitions=partitions,
+            **extra,
         )
 
     # --- commits -------------------------------------------------------------------------------------------------

@@ -267,23 +267,26 @@ class FetchCore:
 
     # --- poll() -----------------------------------------------------------------------------------------------
 
-    def poll(self, limit: int, deadline: float) -> list[ConsumerRecord]:
+    def poll(self, limit: int, deadline: float) -> tuple[list[ConsumerRecord], float]:
         """Wait until records may be handed out, then :meth:`take` them; ``[]`` at the deadline, on wakeup or
-        close.  Takes the lock.
+        close.  Takes the lock.  Also returns when they were handed out: the clock read just *before* the gate
+        let them out (so never after a deadline the gate enforces), under the lock (so never before a partition
+        they come from was added, nor after one was removed).
         """
         with self.lock:
             if self.closed:
                 raise RuntimeError("the fetch manager is closed")
             while True:
+                now = self.clock()
                 gated = self.paused or not self.gate()
                 if self.retained and not gated:
-                    return self.take(limit)
+                    return self.take(limit), now
                 if self.wakeup or self.closed:
                     self.wakeup = False
-                    return []
+                    return [], now
                 remaining = deadline - self.clock()
                 if remaining <= 0:
-                    return []
+                    return [], now
                 if gated and not self.paused:
                     remaining = min(remaining, self.idle_wait)  # the gate opens without telling us: look again
                 self.data_ready.wait(None if remaining == math.inf else remaining)  # wait(inf) overflows

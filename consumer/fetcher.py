@@ -340,6 +340,11 @@ class FetchManager:
         :raises ValueError: ``max_records`` is not positive.
         :raises RuntimeError: the manager is closed.
         """
+        return self.poll_timed(timeout_s, max_records)[0]
+
+    def poll_timed(self, timeout_s: float, max_records: int | None = None) -> tuple[list[ConsumerRecord], float]:
+        """:meth:`poll`, and when the records were handed out (this manager's clock, read under its lock just
+        before the gate let them out)."""
         limit = self._core.max_poll if max_records is None else min(max_records, self._core.max_poll)
         if limit < 1:
             raise ValueError(f"max_records must be positive, got {max_records}")

@@ -146,6 +146,8 @@ def test_a_newer_command_supersedes_a_wait(zk: ZkClient, zk_hosts: str, tmp_path
         eager_stop = send(zk, gainer, Command(CommandOption.STOP_FETCHER, 2, 3, GROUP, incarnation=gainer.incarnation))
         wait_until(lambda: gone(zk, eager_stop) and gone(zk, awaiting), 10, "both acknowledged")
         assert gainer.assignment() == {}
+        (applied,) = _applied(tmp_path / "journal", awaiting.rpartition("/")[2])
+        assert applied.fields["superseded"] is True and applied.fields["not_started"] == 1
         # The hand-over lands late: nothing starts.  (The refused command after it is handled after the owner
         # event, both coming from one session in zxid order, so its acknowledgement says the event was seen.)
         zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))

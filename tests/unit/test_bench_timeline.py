@@ -491,3 +491,18 @@ def test_analyze_plots_three_protocols_side_by_side(tmp_path: Path) -> None:
         assert (tmp_path / "plots" / f"bench-{name}.png").stat().st_size > 1000
     rows = table(doc).splitlines()[1:]
     assert [row.split()[0] for row in rows] == [p for p in doc["config"]["protocols"] for _ in range(2)]
+
+
+def test_a_start_superseded_while_awaiting_hand_overs_does_not_settle_the_group() -> None:
+    """A hand-over's start journalled as superseded (a newer attempt took over while it waited) was not applied as
+    planned, even if the partitions it did start make the group look complete for a moment."""
+    tracker = _joining()
+    events = _join_c()
+    applied = events.pop()
+    superseded = Event(
+        applied.ts, applied.pid, applied.seq, applied.ev, {**applied.fields, "superseded": True, "not_started": 1}
+    )
+    _replay(tracker, [*events, superseded])
+    assert tracker.settled_at is None and not tracker.settled()
+    tracker.apply(_applied(113, C, "start-fetcher", 2, partitions=2))
+    assert tracker.settled()

@@ -275,6 +275,30 @@ def test_poll_takes_greedily_in_round_robin_from_after_the_partition_it_ended_on
     assert core.delivered_by_partition == Counter({A: 25, B: 3, D: 7})
 
 
+def test_poll_returns_when_the_records_were_handed_out_read_before_the_gate() -> None:
+    """``records.consumed`` is journalled with this time: read under the lock just before the gate let the records
+    out, it is never after the deadline the gate enforces, however long the gate check itself takes."""
+    now = [100.0]
+    deadline = 100.002
+
+    def slow_gate() -> bool:  # checks, then the clock moves on (a thread switch inside the check)
+        valid = now[0] < deadline
+        now[0] += 0.005
+        return valid
+
+    core = FetchCore(max_poll=10, max_buffered=100, idle_wait=0.01, clock=lambda: now[0], gate=slow_gate)
+    state = PartitionFetch(A, "c-0", 0, 0)
+    state.buffer.append([make_record(A, i) for i in range(3)])
+    core.install({A: state}, {"c-0": core.new_fetcher("c-0")})
+    core.retained = 3
+    records, handed_at = core.poll(10, now[0] + 1)
+    assert len(records) == 3 and handed_at == 100.0 < deadline < now[0]
+    # Past the deadline the gate stays shut: nothing is handed out, whenever the poll gives up.
+    state.buffer.append([make_record(A, 3)])
+    core.retained = 1
+    assert core.poll(10, now[0])[0] == []
+
+
 def group(records: list[ConsumerRecord]) -> list[tuple[ConsumerRecord, list[int]]]:
     """Consecutive runs of one partition: (first record, offsets)."""
     runs: list[tuple[ConsumerRecord, list[int]]] = []

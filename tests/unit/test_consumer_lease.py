@@ -183,18 +183,18 @@ class FakeWall:
 def test_records_handed_out_before_the_lease_deadline_are_never_journalled_after_it(
     offset_ns: int, before_deadline_us: int, written_after_us: int
 ) -> None:
-    """``records.consumed`` carries ``at_ms``, the moment the lease check let the records out, not the (later)
-    moment the event is written; rounded down, it is never after a lease-ended ``fetch.stopped``'s ``at_ms`` (the
-    deadline, rounded up): the analysis compares the two (S2)."""
+    """``records.consumed`` carries ``at_ms``, the moment the records were handed out (rounded down), not the later
+    moment the event is written; it is never after a lease-ended ``fetch.stopped``'s ``at_ms`` (the deadline,
+    rounded up), converted later still: the analysis compares the two (S2)."""
     clock = FakeClock(5000.0)
     wall = FakeWall(clock, offset_ns)
     config = ConsumerConfig(group="g", subscription=Subscription.static({"t": 1}), zk="127.0.0.1:1", data_dir=Path())
     consumer = Consumer(config, clock=clock, wall_ns=wall)
     consumer.lease.renew(clock())
-    clock.now = consumer.lease.deadline - before_deadline_us / 1e6
-    gate_ns = wall()
-    assert consumer._may_deliver()  # poll's gate: records go out now
+    handed_at = consumer.lease.deadline - before_deadline_us / 1e6
+    clock.now = handed_at
+    exact_ns = wall()
     clock.advance(before_deadline_us / 1e6 + written_after_us / 1e6)  # the event is written at or after the deadline
-    handed_ms = consumer._wall_ms_at(consumer._handed_at, up=False)
-    assert handed_ms == gate_ns // 1_000_000  # the gate's moment, to the millisecond, not the (later) write's
+    handed_ms = consumer._wall_ms_at(handed_at, up=False)
+    assert handed_ms == exact_ns // 1_000_000  # the hand-out's millisecond, not the write's
     assert handed_ms <= consumer._lease_deadline_ms()

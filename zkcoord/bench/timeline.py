@@ -14,7 +14,8 @@ progress, and says when the group is *settled*:
   gives a balanced assignment that is not the range one, and only the members whose partitions move get commands):
   every partition is fetched by exactly one thread of a current member, every member fetches between ``P // N`` and
   ``ceil(P / N)`` partitions (one thread per member), the newest rebalance started has exactly the current members,
-  no request is pending, and every member due a start-fetcher of that generation applied one (``command.applied``):
+  no request is pending, and every member due a start-fetcher of that generation applied one (``command.applied``,
+  not ``superseded``):
   those ``rebalance.started`` names as ``gaining`` in an incremental rebalance, every member in an eager one, and
   any sent one (``command.sent``; the sets are kept per generation, since events of several processes may be read
   in either order).  Members the rebalance left alone get no command and are not waited for;
@@ -273,7 +274,7 @@ class GroupTracker:
             gaining = f.get("gaining") if f.get("mode") == "incremental" else None
             expected = {str(m) for m in gaining} if isinstance(gaining, list) else set(self._gen_members[generation])
             self._starts_sent.setdefault(generation, set()).update(expected)
-            if generation > self._latest_started:
+            if generation >= self._latest_started:  # >=: a retry whose first write never landed reuses it
                 self._latest_started = generation
                 self._lagging = {m for m in self.members if self._start_gen.get(m) != generation}
                 self._unapplied = self._starts_sent[generation] - self._starts_applied.get(generation, set())
@@ -284,7 +285,8 @@ class GroupTracker:
             self._starts_sent.setdefault(generation, set()).add(consumer)
             if generation == self._latest_started and consumer not in self._starts_applied.get(generation, ()):
                 self._unapplied.add(consumer)
-        elif event.ev == "command.applied" and f.get("option") == "start-fetcher":
+        elif event.ev == "command.applied" and f.get("option") == "start-fetcher" and not f.get("superseded"):
+            # (A start superseded while it awaited hand-overs was not applied as planned: a newer attempt follows.)
             consumer, generation = str(f.get("consumer")), int(f["generation"])
             self._starts_applied.setdefault(generation, set()).add(consumer)
             self._start_gen[consumer] = generation
