@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from consumer.commits import Commits
 from consumer.migration import newer
+from consumer.offsets import Claims
 from consumer.records import TopicPartition
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
@@ -155,7 +156,7 @@ class CommandHandler:
         elif kind == "legacy-claim":
             self._claim_pending()
         elif kind == "owner":
-            self._claim_awaited()
+            self._claim_awaited(arg if isinstance(arg, str) else None)
         elif kind == "register":
             self._register_again()
 
@@ -223,14 +224,9 @@ class CommandHandler:
                 c.bridge.release_leaked()
         c.register()
         self._lost = False
-        if self._pending is not None:  # the wait of the registration that ended: over, acknowledged unapplied
-            try:
-                self._ack(self._pending.path, self._pending.name)
-            except ZkError as e:
-                log.warning("consumer %s: acknowledging %s: %s", c.consumer_id, self._pending.name, e)
-                c.redeliver_later(("owner", None))  # _claim_awaited finishes it
-                return
-            self._pending = None
+        if self._pending is not None:
+            # The wait of the registration that ended: only its acknowledgement is left (_claim_awaited).
+            c.redeliver_later(("owner", None), delay=0.0)
 
     # --- commands ------------------------------------------------------------------------------------------------
 
@@ -310,9 +306,8 @@ class CommandHandler:
             return acked
         self._stop_received_at = c.clock()
         revoked = sorted({*c.fetcher.assignment(), *self.commits.unsettled})
-        self.commits.stopped(
-            c.fetcher.revoke("stop-fetcher"), lost=self._lost
-        )  # S3: commit before acknowledging the stop
+        # S3: commit before acknowledging the stop
+        self.commits.stopped(c.fetcher.revoke("stop-fetcher"), lost=self._lost)
         self._release()
         if self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
@@ -368,9 +363,8 @@ class CommandHandler:
             self._release()
         awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
-        claimed = self._claim_and_fetch(
-            {tp: th for tp, th in ownership.items() if tp not in awaiting}, incremental, name
-        )
+        now = {tp: thread for tp, thread in ownership.items() if tp not in awaiting}
+        claimed = len(self._claim_and_fetch(now, name, incremental=incremental).claims)
         if awaiting:
             pending = self._pending = PendingStart(name, path, command, awaiting, claimed)
             self._applied.add(name)  # from here on the wait, not the channel listing, finishes it
@@ -396,10 +390,14 @@ class CommandHandler:
         self._finish_start(name, command, claimed)
         return True
 
-    def _claim_and_fetch(self, ownership: dict[TopicPartition, str], incremental: bool, name: str) -> int:
-        """Claim ``ownership`` and start fetching what was claimed; return how many partitions that was."""
+    def _claim_and_fetch(
+        self, ownership: dict[TopicPartition, str], name: str, *, incremental: bool = True, awaited: bool = False
+    ) -> Claims:
+        """Claim ``ownership`` for start-fetcher ``name`` and start fetching what was claimed (beside what is
+        fetched already, or instead of it when not ``incremental``).  ``awaited``: partitions handed over by their
+        previous owner (see :meth:`OffsetStore.claim`'s ``wait``)."""
         c = self.c
-        result = c.offsets.claim(ownership, add=incremental)
+        result = c.offsets.claim(ownership, add=incremental, wait=c.on_owner_changed if awaited else None)
         for problem in result.problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
         fetching = {tp: claim.thread for tp, claim in result.claims.items()}
@@ -412,12 +410,13 @@ class CommandHandler:
             c.fetcher.assign(self._positions(fetching))
         if self.on_assigned is not None and result.claims:
             self._callback(self.on_assigned, sorted(result.claims))
-        return len(result.claims)
+        return result
 
-    def _claim_awaited(self) -> bool:
+    def _claim_awaited(self, owner: str | None = None) -> bool:
         """Start the awaited partitions whose owner znode names us now (each read also watches it: the next change
-        brings an ``owner`` event); once none is left, journal the start-fetcher applied and acknowledge it, and
-        return True.  Command thread.
+        brings an ``owner`` event for its path); once none is left, journal the start-fetcher applied and
+        acknowledge it, and return True.  ``owner``: read only the partition of that owner znode (its watch fired;
+        the others' are still set), else every one awaited.  Command thread.
 
         :raises ZkError: a read or the acknowledgement failed (the event loop tries again shortly; the wait stays
             until the acknowledgement has landed).
@@ -425,25 +424,20 @@ class CommandHandler:
         p = self._pending
         if p is None or self._lost:
             return False
-        c = self.c
-        if p.awaiting:
-            result = c.offsets.claim(p.awaiting, add=True, wait=c.on_owner_changed)
-            for problem in result.problems:
-                c.journal.emit("input.rejected", what="partition claim", path=p.name, reason=problem)
-            for tp in set(p.awaiting) - result.pending:
+        group = self.c.config.group
+        todo = {
+            tp: thread
+            for tp, thread in p.awaiting.items()
+            if owner is None or paths.owner(group, tp.topic, tp.partition) == owner
+        }
+        if todo:
+            result = self._claim_and_fetch(todo, p.name, awaited=True)
+            p.claimed += len(result.claims)
+            for tp in set(todo) - result.pending:
                 del p.awaiting[tp]
-            if result.claims:
-                c.fetcher.extend(self._positions({tp: claim.thread for tp, claim in result.claims.items()}))
-                p.claimed += len(result.claims)
-                if self.on_assigned is not None:
-                    self._callback(self.on_assigned, sorted(result.claims))
-            if p.awaiting:
-                return False
-        if not p.journalled:
-            p.journalled = True
-            self._finish_start(p.name, p.command, p.claimed)
-        self._ack(p.path, p.name)
-        self._pending = None
+        if p.awaiting:
+            return False
+        self._end_wait(p, superseded=False)
         return True
 
     def _supersede(self, p: PendingStart) -> None:
@@ -452,13 +446,21 @@ class CommandHandler:
 
         :raises ZkError: the acknowledgement failed (the listing is handled again, and supersedes again).
         """
-        if not p.journalled:
-            # Journalled as superseded, with what it never started: the group did not settle on this command.
+        if p.awaiting:
             log.info(
                 "consumer %s: %s superseded, %d partitions not handed over", self.c.consumer_id, p.name, len(p.awaiting)
             )
+        self._end_wait(p, superseded=True)
+
+    def _end_wait(self, p: PendingStart, *, superseded: bool) -> None:
+        """Journal ``p`` applied, once (superseded: with what it never started, so nothing reads the group as
+        settled on it), then acknowledge it; the wait is over only once the acknowledgement landed.
+
+        :raises ZkError: the acknowledgement failed.
+        """
+        if not p.journalled:
             p.journalled = True
-            self._finish_start(p.name, p.command, p.claimed, not_started=len(p.awaiting))
+            self._finish_start(p.name, p.command, p.claimed, not_started=len(p.awaiting) if superseded else None)
         p.awaiting.clear()
         self._ack(p.path, p.name)
         self._pending = None

@@ -50,10 +50,15 @@ class Op:
     data: bytes = b""
 
 
+def generation_prefix(epoch: int, generation: int) -> str:
+    """Name prefix of every command of one generation under one epoch: ``cmd-7-12-``."""
+    return f"{paths.COMMAND_PREFIX}{epoch}-{generation}-"
+
+
 def command_prefix(epoch: int, generation: int, option: CommandOption) -> str:
     """Name prefix of the commands of one phase: ``cmd-7-12-stop-``; ZooKeeper appends the sequence number."""
     short = "stop" if option is CommandOption.STOP_FETCHER else "start"
-    return f"{paths.COMMAND_PREFIX}{epoch}-{generation}-{short}-"
+    return f"{generation_prefix(epoch, generation)}{short}-"
 
 
 class PhaseWriteError(ZkError):

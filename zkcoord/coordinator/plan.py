@@ -203,6 +203,10 @@ class Moves:
     #: consumer id -> topic -> partitions: what each gainer receives from a live previous owner (a hand-over)
     awaiting: dict[str, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
+    def journal_fields(self) -> dict[str, object]:
+        """``rebalance.started``'s fields for these moves."""
+        return {"revoking": sorted(self.revoke), "gaining": sorted(self.gain), "moved": self.moved}
+
     @property
     def one_step(self) -> bool:
         """Whether the rebalance can run as one hand-over step: every revoked partition has a new owner to be

@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from zkcoord import paths
 from zkcoord.assignors import moved_partitions
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
-from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
+from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import Moves, Plan, moves, plan
@@ -193,11 +193,11 @@ class Rebalancer:
             assignor=planned.assignor,
             mode=attempt.mode.value,
             **({"steps": 1} if attempt.step is Step.HANDOVER else {}),
-            **(self._move_fields(attempt.moves) if attempt.moves is not None else {}),
+            **(attempt.moves.journal_fields() if attempt.moves is not None else {}),
             **(migration if read.migrating else {}),
         )
         fault_point("coordinator.before_stop", self.journal)
-        self._send_stop(attempt)
+        self._first_step(attempt)
         return Begun.STARTED if group in self.active else Begun.SKIPPED
 
     def _report_input(self, read: ReadResult, planned: Plan) -> None:
@@ -222,10 +222,6 @@ class Rebalancer:
             and not attempt.read.unreadable_owners
             and not self.writer.fence.unsafe
         )
-
-    @staticmethod
-    def _move_fields(m: Moves) -> dict[str, object]:
-        return {"revoking": sorted(m.revoke), "gaining": sorted(m.gain), "moved": m.moved}
 
     def on_ack(self, event: WatchEvent) -> None:
         """The watch on a command fired: deleted is acknowledged; anything else (a connection loss reset it) is
@@ -344,10 +340,13 @@ class Rebalancer:
             return False
         return True
 
-    def _send_stop(self, attempt: Attempt) -> None:
+    def _first_step(self, attempt: Attempt) -> None:
         if attempt.step is Step.HANDOVER and attempt.moves is not None:
             self._send_handover(attempt, attempt.moves)
-            return
+        else:
+            self._send_stop(attempt)
+
+    def _send_stop(self, attempt: Attempt) -> None:
         g = attempt.group
         attempt.channels = self.channels.setdefault(g, set())
         revoke = attempt.moves.revoke if attempt.moves is not None else None
@@ -372,8 +371,7 @@ class Rebalancer:
         """The one step of a hand-over: stops to the members giving partitions up, starts to those receiving."""
         attempt.channels = self.channels.setdefault(attempt.group, set())
         attempt.stop_done_at = self.clock()
-        # Both kinds of command of this generation: cmd-<epoch>-<generation>-stop-… and …-start-…
-        attempt.prefix = f"{paths.COMMAND_PREFIX}{self.epoch}-{attempt.generation}-"
+        attempt.prefix = generation_prefix(self.epoch, attempt.generation)  # its stops and its starts
         attempt.recipients = frozenset(m.revoke) | m.gain
         if not self._know_channels(attempt, attempt.recipients):
             return
