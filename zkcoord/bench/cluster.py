@@ -183,6 +183,30 @@ def process_cpu_ms(pid: int) -> float | None:
         return None
 
 
+#: The JVM's just-in-time compiler threads (``/proc/<pid>/task/<tid>/comm``, truncated to 15 characters).
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def process_cpu_ms_without(pid: int, threads: tuple[str, ...] = JIT_THREADS) -> float | None:
+    """:func:`process_cpu_ms` less the CPU time of the process's threads named ``threads`` (a JVM's compilers by
+    default: the cost of warming up, not of serving); None if unreadable.  The CPU time of threads that have exited
+    is in neither part."""
+    total = 0.0
+    try:
+        tasks = list(os.scandir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            if Path(task.path, "comm").read_text().strip() in threads:
+                continue
+            fields = Path(task.path, "stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) * 1000 / _TICKS
+        except (OSError, IndexError, ValueError):
+            continue  # the thread exited meanwhile
+    return total
+
+
 def machine_busy_ms() -> float | None:
     """CPU time all CPUs of the machine spent busy (not idle, not waiting for I/O), from ``/proc/stat``."""
     try:

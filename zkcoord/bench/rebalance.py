@@ -101,6 +101,7 @@ class RebalanceBench:
         self.data_dir = Path()
         self.hosts = ""
         self.mntr_at: tuple[str, int] = ("", 0)
+        self.zk_pid: int | None = None  # the server's, when started here (its CPU is measured)
         self.tail: JournalTail | None = None
         self.trackers: dict[str, GroupTracker] = {}
         self.last_event_at: dict[str, float] = {}
@@ -130,8 +131,8 @@ class RebalanceBench:
             admin.start()
             stack.callback(admin.stop)
             self.tail = JournalTail(self.journal_dir)
-            self.say(f"floor: {cfg.floor_samples} writes and watched writes...")
-            floor = measure_floor(self.hosts, cfg.floor_samples)
+            self.say(f"floor: warming the server up, then {cfg.floor_samples} writes and watched writes...")
+            floor = measure_floor(self.hosts, cfg.floor_samples, server_pid=self.zk_pid)
             self.say(
                 f"floor: write {floor.write:.2f} ms, write seen through a watch {floor.watch:.2f} ms "
                 f"(medians of {floor.samples})"
@@ -163,6 +164,7 @@ class RebalanceBench:
             server = ZkServer(ZkServerConfig(port=0, data_dir=self.root / "zookeeper"))
             stack.callback(server.close)
             server.start()
+            self.zk_pid = server.pid
             if server.pid is not None:
                 self.cpu.set("zookeeper", [server.pid])
             self.hosts = server.connect_string

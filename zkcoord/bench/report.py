@@ -100,6 +100,12 @@ def format_notes(document: dict[str, Any]) -> list[str]:
         f"ZooKeeper floor (quiet server, medians of {floor['samples']}): a write {floor['write_ms']['p50']:.2f} ms, "
         f"a write seen through another session's watch {floor['watch_ms']['p50']:.2f} ms.",
     ]
+    server_cpu, client_cpu = floor.get("server_cpu_ms_per_watched_write"), floor.get("client_cpu_ms_per_watched_write")
+    if server_cpu is not None and client_cpu is not None:
+        lines.append(
+            f"CPU time per watched write (the write, the watch set, its notification): the server {server_cpu:.2f} ms,"
+            f" the two client sessions {client_cpu:.2f} ms."
+        )
     for run in document["protocols"]:
         formation = ", ".join(f"{v} {k}" for k, v in (run.get("formation") or {}).items() if v)
         settled = "settled" if run["formed"] else "did NOT settle"

@@ -8,6 +8,17 @@
   second session.  Every coordination step of a rebalance (a member znode appears, a command is written, a command
   is deleted) reaches the other side this way, so it is the unit a rebalance's latency is counted in.
 
+**A warm server.**  The floor is measured after :data:`WARMUP_PAIRS` unmeasured create/delete pairs.  A JVM just
+started interprets and compiles its hot paths for its first few hundred requests: on a 2-core machine, a fresh
+server's write took 1.6-2.1 ms for the first 100 pairs and settled at about 1.0 ms after 300; a floor measured cold
+flattered every ratio to it by 1.5-2x.  The server the protocols meet has served their formation, so it is warm.
+
+**CPU per watched write.**  When the server's pid is known, the floor also reports the CPU time one watched write
+costs the server (the write, the ``exists`` that set the watch, and the notification), and costs this process's two
+kazoo sessions, measured over the warm pairs (``/proc``'s clock ticks are 10 ms: hundreds of pairs keep the
+rounding under a few per cent).  On a machine with few cores these bound a protocol's latency: ``n`` requests cannot
+finish in less than their CPU time divided by the cores, whatever their round trips (``docs/benchmarks.md``).
+
 **Counters.**  ``mntr``'s ``zk_cnt_readlatency`` and ``zk_cnt_updatelatency`` count every request the server
 processed, by whether it is a read or a write (a ``multi`` is one write request; pings count as reads; session
 creation and close count as writes).  ``zk_packets_received`` counts packets, including the ``mntr`` command itself.
@@ -22,9 +33,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from zkcoord.bench.cluster import own_cpu_ms, process_cpu_ms_without
 from zkcoord.errors import ZkCoordError, ZkServerError
 from zkcoord.zk import ZkAddress, ZkClient, ZkConfig
 from zkcoord.zkserver import mntr
+
+#: Unmeasured create/delete pairs first: a fresh server's JVM needs about 300 to compile its hot paths (see above).
+WARMUP_PAIRS = 400
+#: Of which the last ones are in the CPU measurement (warm by then), beside the measured pairs.
+CPU_WARM_PAIRS = 200
 
 
 class FloorError(ZkCoordError):
@@ -33,11 +50,14 @@ class FloorError(ZkCoordError):
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """Medians and percentiles, in milliseconds, of the two floor measurements."""
+    """Medians and percentiles, in milliseconds, of the two floor measurements; and the CPU time one watched write
+    cost the server and the client (ms; None when the server's pid is not known, or for a short warm-up)."""
 
     samples: int
     write_ms: dict[str, float]
     watch_ms: dict[str, float]
+    server_cpu_ms: float | None = None
+    client_cpu_ms: float | None = None
 
     @property
     def write(self) -> float:
@@ -48,7 +68,13 @@ class Floor:
         return self.watch_ms["p50"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "write_ms": self.write_ms, "watch_ms": self.watch_ms}
+        return {
+            "samples": self.samples,
+            "write_ms": self.write_ms,
+            "watch_ms": self.watch_ms,
+            "server_cpu_ms_per_watched_write": self.server_cpu_ms,
+            "client_cpu_ms_per_watched_write": self.client_cpu_ms,
+        }
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -67,8 +93,17 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def measure_floor(hosts: str, samples: int = 50, warmup: int = 10, timeout_s: float = 5.0) -> Floor:
-    """``samples`` create/delete pairs (each write a sample of both measurements) after ``warmup`` unmeasured ones.
+def measure_floor(
+    hosts: str,
+    samples: int = 50,
+    warmup: int = WARMUP_PAIRS,
+    timeout_s: float = 5.0,
+    server_pid: int | None = None,
+) -> Floor:
+    """``samples`` create/delete pairs (each write a sample of both measurements) after ``warmup`` unmeasured ones;
+    with ``server_pid``, the CPU time per watched write over the measured pairs and the last
+    :data:`CPU_WARM_PAIRS` of the warm-up (None if that is fewer than 100 pairs in all).  Blocks for the whole
+    measurement: about 2 ms per pair.
 
     :raises FloorError: a watch did not fire within ``timeout_s``.
     :raises ZkError: ZooKeeper failed.
@@ -79,9 +114,13 @@ def measure_floor(hosts: str, samples: int = 50, warmup: int = 10, timeout_s: fl
     node = f"{base}/n"
     writes: list[float] = []
     watches: list[float] = []
+    cpu_from = max(0, warmup - CPU_WARM_PAIRS)
+    cpu_at: tuple[float | None, float] | None = None
     try:
         writer.ensure_path(base)
         for i in range(warmup + samples):
+            if i == cpu_from:
+                cpu_at = (None if server_pid is None else process_cpu_ms_without(server_pid), own_cpu_ms())
             for op in ("create", "delete"):
                 fired = threading.Event()
                 seen: list[float] = []
@@ -102,13 +141,27 @@ def measure_floor(hosts: str, samples: int = 50, warmup: int = 10, timeout_s: fl
                 if i >= warmup:
                     writes.append((returned - began) * 1000)
                     watches.append((seen[0] - began) * 1000)
+        server_cpu, client_cpu = _cpu_per_write(cpu_at, server_pid, 2 * (warmup + samples - cpu_from))
     finally:
         try:
             writer.delete(base, recursive=True)
         finally:
             watcher.stop()
             writer.stop()
-    return Floor(samples=len(writes), write_ms=stats(writes), watch_ms=stats(watches))
+    return Floor(len(writes), stats(writes), stats(watches), server_cpu, client_cpu)
+
+
+def _cpu_per_write(
+    at: tuple[float | None, float] | None, server_pid: int | None, writes: int
+) -> tuple[float | None, float | None]:
+    """CPU ms per watched write since the reading ``at`` (server, client); None for either unknown, or too few."""
+    if at is None or writes < 200:
+        return None, None
+    server_before, client_before = at
+    server_now = None if server_pid is None else process_cpu_ms_without(server_pid)
+    server = None if server_now is None or server_before is None else (server_now - server_before) / writes
+    client = (own_cpu_ms() - client_before) / writes
+    return (None if server is None else round(server, 3)), round(client, 3)
 
 
 # --- counters -------------------------------------------------------------------------------------------------
