@@ -186,6 +186,65 @@ def test_a_partial_stop_is_not_acknowledged_before_its_commit_succeeds(cluster: 
         assert b.poll(0.2) == []
 
 
+def test_a_commit_whose_reply_was_lost_is_not_committed_again_later(cluster: Cluster, tmp_path: Path) -> None:
+    """S4: a partial stop's transaction lands (offset committed, partition handed on, command deleted) but its reply
+    is lost with the connection.  The consumer keeps the positions for a redelivered stop that never comes: the
+    command is gone.  They must not be committed over the offsets of the partition's later owners.  What prevents it:
+    the consumer's next stop or incremental start commits them under its old claim first (before any fresh claim of
+    the partition), and the hand-over changed the owner znode's version, so that commit is fenced."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data = tmp_path / "data"
+    produce(data, "t", 2, 50)
+    with ExitStack() as stack:
+        a = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
+        cluster.wait_stable("g", 1)
+        wait_until(lambda: len(a.assignment()) == 2, 10, "a holds both partitions")
+        assert len(drain(a, 100)) == 100
+        real_transaction = a.offsets.zk.transaction
+        lost: list[str] = []
+
+        def landing_then_lost() -> Any:
+            txn = real_transaction()
+            real_commit = txn.commit
+
+            def commit(timeout: float | None = None) -> Any:
+                result = real_commit(timeout)
+                if not lost:  # the partial stop's transaction: applied by the server, its reply lost
+                    lost.append("lost")
+                    raise ZkUnavailableError("connection loss after the transaction was applied (injected)")
+                return result
+
+            txn.commit = commit  # type: ignore[method-assign]
+            return txn
+
+        a.offsets.zk.transaction = landing_then_lost  # type: ignore[method-assign]
+        b = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
+        cluster.wait_stable("g", 2)
+        wait_until(lambda: len(b.assignment()) == 1, 10, "b gained one partition")
+        (moved,) = b.assignment()
+        (kept,) = set(a.assignment())
+        assert lost, "the partial stop committed nothing"
+        produce(data, "t", 2, 30)  # offsets 50-79 of both partitions
+        assert sorted(o for _p, o in drain(b, 30)) == list(range(50, 80))
+        b.close()  # commits 80 for `moved` and leaves: the partition goes back to a
+        cluster.wait_stable("g", 1)
+        wait_until(lambda: moved in a.assignment(), 10, "a claimed the partition again")
+        assert a.fetcher.positions()[moved] == 80
+        # a's next stop, of the partition it kept (what CommandHandler._revoke does with it), must leave `moved` alone
+        a.handler.commits.stopped({kept: a.fetcher.positions()[kept]}, lost=False)
+        committed = cluster.admin_zk.get(paths.offset("g", moved.topic, moved.partition))[0]
+        assert committed == b"80", f"the lost reply's position was committed over b's: {committed!r}"
+        fenced = [
+            e
+            for e in read_journal(cluster.journal_dir)
+            if e.event == "offsets.fenced"
+            and e.fields["consumer"] == a.consumer_id
+            and (e.fields["topic"], e.fields["partition"]) == (moved.topic, moved.partition)
+        ]
+        assert fenced, "the kept position was not refused by the fence: it was dropped or committed another way"
+
+
 def _negotiated_timeout_ms(records: list[logging.LogRecord]) -> int:
     for record in records:
         found = re.search(r"negotiated session timeout: (\d+)", record.getMessage())

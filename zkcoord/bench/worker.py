@@ -8,7 +8,7 @@ The consumers are the real ones (:class:`consumer.Consumer`, created with ``reba
 ``incremental`` protocol, or :class:`consumer.legacy.LegacyConsumer`), sharing one journal,
 ``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch buffer with one
 read and then idles, so that the consumers of one process spend the CPU they get on the control plane, not on a
-fetch loop (what ``benchmarks/consumer_bench.py`` found necessary, there for one process).
+fetch loop (what ``benchmarks/consumerbench`` found necessary, there for one process).
 
 The driver (:mod:`zkcoord.bench.rebalance`) controls a worker through its standard input, one JSON object per line,
 and reads one JSON reply line per command on its standard output (logging goes to standard error)::
