@@ -40,8 +40,11 @@ def run(zk_hosts: str, tmp_path: Path) -> Iterator[Run]:
         yield Run(zk_hosts, tmp_path, stack)
 
 
-def _broker(run: Run, broker_id: int, fault_dir: Path) -> ChildProcess:
-    args = ["broker", "--id", str(broker_id), *run.common(), "--rebalance-timeout", "5"]
+def _broker(run: Run, broker_id: int, fault_dir: Path, session: str | None = None) -> ChildProcess:
+    common = run.common()
+    if session is not None:  # a broker session longer than the consumers'
+        common[common.index("--session-timeout") + 1] = session
+    args = ["broker", "--id", str(broker_id), *common, "--rebalance-timeout", "5"]
     proc = ChildProcess(args, run.root / f"broker-{broker_id}.log", env={faults.DIR_ENV: str(fault_dir)})
     run.stack.enter_context(proc)
     return proc
@@ -94,6 +97,56 @@ def test_a_takeover_in_the_middle_of_a_hand_over(run: Run) -> None:
     for c in consumers:
         c.signal(signal.SIGTERM)
         assert c.wait(20) == 0
+
+
+def test_a_takeover_between_the_two_steps_of_an_incremental_rebalance(run: Run) -> None:
+    """An incremental rebalance takes two steps (every stop acknowledged before any start is written) when a member
+    both gives a partition up and receives one.  Here one rebalance sees a member leave and another join (the
+    coordinator is held with SIGSTOP while both happen, within its session): the first member gives a partition of
+    ``y`` to the newcomer and receives the leaver's partition of ``x``.  Broker 1 then dies once every stop is
+    acknowledged, before any start is written; broker 2 takes over, finds the group STOPPING and rebalances eagerly.
+    Nothing may be owned twice, lost, or duplicated."""
+    fault_dir = run.root / "faults"
+    fault_dir.mkdir()
+    first = _broker(run, 1, fault_dir, session="10")
+    wait_until(lambda: _coordinator(run) == 1, 30, "broker 1 coordinating")
+    _broker(run, 2, fault_dir, session="10")
+    admin = TopicAdmin(run.zk)
+    admin.create("x", 2)
+    admin.create("y", 3)
+    # One after the other, so that their ids sort in this order: x = {0: a, 1: b}, y = {0: a, 1: a, 2: c}.
+    a = run.consumer("m", "x", "y", extra=INCREMENTAL)
+    run.wait_members("m", 1)
+    b = run.consumer("m", "x", extra=INCREMENTAL)
+    run.wait_members("m", 2)
+    c = run.consumer("m", "y", extra=INCREMENTAL)
+    run.wait_members("m", 3)
+    producers = [run.producer("x", 8_000, 2_000), run.producer("y", 12_000, 3_000)]
+    wait_until(lambda: Ledger.read(run.journal, "m").consumed != {}, 30, "consumption to begin")
+    first.proc.send_signal(signal.SIGSTOP)  # held: it sees the leave and the join in one read of the group
+    try:
+        b.signal(signal.SIGTERM)
+        assert b.wait(20) == 0
+        d = run.consumer("m", "y", extra=INCREMENTAL)
+        wait_until(lambda: len(run.zk.get_children(paths.group_ids("m"))) == 3, 20, "d registered, b gone")
+        faults.arm(fault_dir, first.proc.pid, "coordinator.before_start", "kill")
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    first.proc.wait(timeout=30)  # killed itself between the steps
+    (two_step,) = [e for e in started(run, "m", "incremental") if set(e["revoking"]) & set(e["gaining"])]
+    assert "steps" not in two_step, "a member that gives and receives was sent a hand-over"
+    injected = [e.fields["detail"] for e in read_journal(run.journal) if e.event == "fault.injected"]
+    assert injected == ["coordinator.before_start"], injected
+    wait_until(lambda: _coordinator(run) == 2, 30, "broker 2 elected")
+    run.wait_members("m", 3)
+    for p in producers:
+        assert p.wait(60) == 0
+    ledger = run.wait_consumed_all("m", {"x", "y"})
+    assert ledger.overlaps() == [], "two consumers owned a partition at the same time"
+    assert ledger.duplicates() == {}, "no consumer crashed: nothing may be consumed twice"
+    for consumer in (a, c, d):
+        consumer.signal(signal.SIGTERM)
+        assert consumer.wait(20) == 0
 
 
 def test_incremental_joins_leaves_growth_and_a_crash(run: Run) -> None:
