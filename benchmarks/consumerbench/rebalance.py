@@ -26,7 +26,7 @@ from .common import (
     summary,
 )
 
-log = logging.getLogger("consumer_bench")
+log = logging.getLogger(__name__)
 
 
 # --- rebalance latency ------------------------------------------------------------------------------------------

@@ -148,6 +148,7 @@ def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_pat
     assert floor["samples"] > 0 and floor["write_ms"]["p50"] > 0 and floor["watch_ms"]["p50"] > 0
     # A server it did not start (--zk): its CPU time is not known; the client's is.
     assert floor["server_cpu_ms_per_watched_write"] is None and floor["client_cpu_ms_per_watched_write"] > 0
+    assert floor["server_cpu_ms_per_read"] is None and floor["client_cpu_ms_per_read"] > 0
     assert [p["protocol"] for p in doc["protocols"]] == PROTOCOLS
     for run in doc["protocols"]:
         assert run["formed"], run
@@ -249,6 +250,7 @@ def test_subprocess_run_with_its_own_zookeeper(tmp_path: Path) -> None:
     # Its own server: the CPU time a watched write costs it is measured, and reported.
     floor = doc["floor"]["quiet"]
     assert floor["server_cpu_ms_per_watched_write"] > 0 and floor["client_cpu_ms_per_watched_write"] > 0
+    assert floor["server_cpu_ms_per_read"] > 0 and floor["client_cpu_ms_per_read"] > 0
     assert "CPU time per watched write" in proc.stdout
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from zkcoord.bench.cluster import process_cpu_ms, process_cpu_ms_without
-from zkcoord.bench.zkfloor import _cpu_per_write
+from zkcoord.bench.zkfloor import _cpu_per_op
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 
@@ -47,7 +47,7 @@ def test_no_pid_no_reading() -> None:
 
 
 def test_cpu_per_watched_write_needs_a_reading_and_enough_writes() -> None:
-    assert _cpu_per_write(None, 1, 1000) == (None, None)
-    assert _cpu_per_write((0.0, 0.0), 1, 199) == (None, None)
-    server, client = _cpu_per_write((None, 0.0), None, 1000)
+    assert _cpu_per_op(None, 1, 1000) == (None, None)
+    assert _cpu_per_op((0.0, 0.0), 1, 199) == (None, None)
+    server, client = _cpu_per_op((None, 0.0), None, 1000)
     assert server is None and client is not None and client >= 0

@@ -100,11 +100,12 @@ def format_notes(document: dict[str, Any]) -> list[str]:
         f"ZooKeeper floor (quiet server, medians of {floor['samples']}): a write {floor['write_ms']['p50']:.2f} ms, "
         f"a write seen through another session's watch {floor['watch_ms']['p50']:.2f} ms.",
     ]
-    server_cpu, client_cpu = floor.get("server_cpu_ms_per_watched_write"), floor.get("client_cpu_ms_per_watched_write")
-    if server_cpu is not None and client_cpu is not None:
+    cpu = [floor.get(f"{side}_cpu_ms_per_{op}") for op in ("watched_write", "read") for side in ("server", "client")]
+    if None not in cpu:
         lines.append(
-            f"CPU time per watched write (the write, the watch set, its notification): the server {server_cpu:.2f} ms,"
-            f" the two client sessions {client_cpu:.2f} ms."
+            f"CPU time per watched write (the write, the watch set, its notification): the server {cpu[0]:.2f} ms,"
+            f" the two client sessions {cpu[1]:.2f} ms; per read: the server {cpu[2]:.2f} ms, the client"
+            f" {cpu[3]:.2f} ms."
         )
     for run in document["protocols"]:
         formation = ", ".join(f"{v} {k}" for k, v in (run.get("formation") or {}).items() if v)

@@ -40,8 +40,10 @@ from zkcoord.zkserver import mntr
 
 #: Unmeasured create/delete pairs first: a fresh server's JVM needs about 300 to compile its hot paths (see above).
 WARMUP_PAIRS = 400
-#: Of which the last ones are in the CPU measurement (warm by then), beside the measured pairs.
-CPU_WARM_PAIRS = 200
+#: Of which the last ones are in the CPU measurement (from pair 300 on: warm by then), beside the measured pairs.
+CPU_WARM_PAIRS = 100
+#: Reads (``get``) after the pairs, for the CPU time of a read.
+CPU_READS = 400
 
 
 class FloorError(ZkCoordError):
@@ -50,14 +52,17 @@ class FloorError(ZkCoordError):
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """Medians and percentiles, in milliseconds, of the two floor measurements; and the CPU time one watched write
-    cost the server and the client (ms; None when the server's pid is not known, or for a short warm-up)."""
+    """Medians and percentiles, in milliseconds, of the two floor measurements; and the CPU time one watched write,
+    and one read, cost the server and the client (ms; None when the server's pid is not known, or for a short
+    warm-up)."""
 
     samples: int
     write_ms: dict[str, float]
     watch_ms: dict[str, float]
     server_cpu_ms: float | None = None
     client_cpu_ms: float | None = None
+    server_cpu_read_ms: float | None = None
+    client_cpu_read_ms: float | None = None
 
     @property
     def write(self) -> float:
@@ -74,6 +79,8 @@ class Floor:
             "watch_ms": self.watch_ms,
             "server_cpu_ms_per_watched_write": self.server_cpu_ms,
             "client_cpu_ms_per_watched_write": self.client_cpu_ms,
+            "server_cpu_ms_per_read": self.server_cpu_read_ms,
+            "client_cpu_ms_per_read": self.client_cpu_read_ms,
         }
 
 
@@ -101,9 +108,9 @@ def measure_floor(
     server_pid: int | None = None,
 ) -> Floor:
     """``samples`` create/delete pairs (each write a sample of both measurements) after ``warmup`` unmeasured ones;
-    with ``server_pid``, the CPU time per watched write over the measured pairs and the last
-    :data:`CPU_WARM_PAIRS` of the warm-up (None if that is fewer than 100 pairs in all).  Blocks for the whole
-    measurement: about 2 ms per pair.
+    the CPU time per watched write over the measured pairs and the last :data:`CPU_WARM_PAIRS` of the warm-up, then
+    per read over :data:`CPU_READS` reads (None if that is fewer than 100 pairs in all; the server's also without
+    ``server_pid``).  Blocks for the whole measurement: about 2 ms per pair.
 
     :raises FloorError: a watch did not fire within ``timeout_s``.
     :raises ZkError: ZooKeeper failed.
@@ -141,26 +148,33 @@ def measure_floor(
                 if i >= warmup:
                     writes.append((returned - began) * 1000)
                     watches.append((seen[0] - began) * 1000)
-        server_cpu, client_cpu = _cpu_per_write(cpu_at, server_pid, 2 * (warmup + samples - cpu_from))
+        server_cpu, client_cpu = _cpu_per_op(cpu_at, server_pid, 2 * (warmup + samples - cpu_from))
+        server_read, client_read = None, None
+        if server_cpu is not None or client_cpu is not None:
+            at = (None if server_pid is None else process_cpu_ms_without(server_pid), own_cpu_ms())
+            for _ in range(CPU_READS):
+                watcher.get(base)
+            server_read, client_read = _cpu_per_op(at, server_pid, CPU_READS)
     finally:
         try:
             writer.delete(base, recursive=True)
         finally:
             watcher.stop()
             writer.stop()
-    return Floor(len(writes), stats(writes), stats(watches), server_cpu, client_cpu)
+    return Floor(len(writes), stats(writes), stats(watches), server_cpu, client_cpu, server_read, client_read)
 
 
-def _cpu_per_write(
-    at: tuple[float | None, float] | None, server_pid: int | None, writes: int
+def _cpu_per_op(
+    at: tuple[float | None, float] | None, server_pid: int | None, ops: int
 ) -> tuple[float | None, float | None]:
-    """CPU ms per watched write since the reading ``at`` (server, client); None for either unknown, or too few."""
-    if at is None or writes < 200:
+    """CPU ms per operation since the reading ``at`` (server, client); None for either unknown, or for fewer than
+    200 operations (the clock ticks are 10 ms)."""
+    if at is None or ops < 200:
         return None, None
     server_before, client_before = at
     server_now = None if server_pid is None else process_cpu_ms_without(server_pid)
-    server = None if server_now is None or server_before is None else (server_now - server_before) / writes
-    client = (own_cpu_ms() - client_before) / writes
+    server = None if server_now is None or server_before is None else (server_now - server_before) / ops
+    client = (own_cpu_ms() - client_before) / ops
     return (None if server is None else round(server, 3)), round(client, 3)
 
 
