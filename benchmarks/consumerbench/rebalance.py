@@ -93,6 +93,7 @@ def settle(env: Env, group: str, consumers: list[Consumer], since: int, timeout:
     check = rebalance_progress(group, expected)
     while True:
         remaining = deadline - time.monotonic()
+        seen = env.recorder.mark()  # the check below sees at least the events before this
         generation = env.recorder.wait(check, since, max(remaining, 0.0), f"group {group} stable with {len(expected)}")
         state = read_state(env.admin, group)
         if (
@@ -104,7 +105,8 @@ def settle(env: Env, group: str, consumers: list[Consumer], since: int, timeout:
             break
         if time.monotonic() >= deadline:
             raise BenchError(f"group {group}: the persisted state never matched generation {generation}: {state}")
-        time.sleep(0.01)  # a newer rebalance started after that one completed: wait for it
+        # A newer rebalance started after that one completed: wait for its next event, then look again.
+        env.recorder.wait(lambda events: events or None, seen, max(deadline - time.monotonic(), 0.0), "a rebalance")
     owned = 0
     for c in consumers:
         want = {

@@ -92,28 +92,34 @@ def consume_deadline(total: int) -> float:
     return 60.0 + total / 20_000  # far beyond any plausible rate; a stuck run fails instead of hanging
 
 
+def poll_all(poll: Callable[[float], list[Any]], total: int, what: str) -> tuple[float, float, int]:
+    """Call ``poll`` until ``total`` records came back, iterating each; return when the first came (perf_counter),
+    when the last did, and how many.  :raises BenchError: not all of them within :func:`consume_deadline`."""
+    deadline = time.monotonic() + consume_deadline(total)
+    n = 0
+    first: float | None = None
+    while n < total:
+        records = poll(0.5)
+        if records and first is None:
+            first = time.perf_counter()
+        for _record in records:
+            n += 1
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what}: {n} of {total} records before the deadline")
+    assert first is not None
+    return first, time.perf_counter(), n
+
+
 def fetch_manager_run(data_dir: Path, topic: str, partitions: int, total: int, *, threads: int, max_poll: int) -> Run:
     """The consumer's data plane alone: FetchManager + poll(), partitions in contiguous blocks per thread."""
     manager = FetchManager(data_dir, max_poll_records=max_poll)
     manager.start()
     try:
         manager.assign({TopicPartition(topic, p): (0, f"bench-{p * threads // partitions}") for p in range(partitions)})
-        deadline = time.monotonic() + consume_deadline(total)
-        n = 0
-        first: float | None = None
-        while n < total:
-            records = manager.poll(0.5)
-            if records and first is None:
-                first = time.perf_counter()
-            for _record in records:
-                n += 1
-            if time.monotonic() > deadline:
-                raise BenchError(f"FetchManager: {n} of {total} records before the deadline")
-        end = time.perf_counter()
+        first, end, n = poll_all(manager.poll, total, "FetchManager")
         stats = manager.stats()
     finally:
         manager.close()
-    assert first is not None
     return Run(end - first, n, extra={"fetches": stats.fetches})
 
 
@@ -133,24 +139,12 @@ def consumer_run(env: Env, topic: str, partitions: int, total: int, *, threads: 
     try:
         started = time.perf_counter()
         consumer.start()
-        deadline = time.monotonic() + consume_deadline(total)
-        n = 0
-        first: float | None = None
-        while n < total:
-            records = consumer.poll(0.5)
-            if records and first is None:
-                first = time.perf_counter()
-            for _record in records:
-                n += 1
-            if time.monotonic() > deadline:
-                raise BenchError(f"consumer {threads}x{max_poll}: {n} of {total} records before the deadline")
-        end = time.perf_counter()
+        first, end, n = poll_all(consumer.poll, total, f"consumer {threads}x{max_poll}")
         positions = consumer.fetcher.positions()
         stats = consumer.fetcher.stats()
         metrics = consumer.metrics()
     finally:
         consumer.close()
-    assert first is not None
     if n != total or stats.records_delivered != total or stats.records_dropped:
         raise BenchError(f"consumer {threads}x{max_poll}: {n} records returned, {stats} (expected {total} once)")
     short = {str(tp): pos for tp, pos in positions.items() if pos != total // partitions}

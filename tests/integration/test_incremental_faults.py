@@ -217,6 +217,19 @@ def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
         yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
+def _sole_member_drained(cluster: Cluster, data: Path, stack: ExitStack) -> Consumer:
+    """A broker, topic ``t`` of 2 partitions with 50 records each, and the only member of group ``g`` (incremental,
+    auto-commit off), which has handed out all 100 records and committed nothing."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    produce(data, "t", 2, 50)
+    a = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
+    cluster.wait_stable("g", 1)
+    wait_until(lambda: len(a.assignment()) == 2, 10, "a holds both partitions")
+    assert len(drain(a, 100)) == 100
+    return a
+
+
 def test_a_partial_stop_is_not_acknowledged_before_its_commit_succeeds(cluster: Cluster, tmp_path: Path) -> None:
     """S3/S4: "a consumer commits its offsets before it acknowledges stop-fetcher".  If the commit transaction of a
     partial stop fails with a connection loss (ZkUnavailableError: nothing committed, nothing deleted),
@@ -224,15 +237,9 @@ def test_a_partial_stop_is_not_acknowledged_before_its_commit_succeeds(cluster: 
     finds nothing to revoke and the stop is acknowledged (CommandHandler._ack) with nothing committed.  The gainer
     starts from the old committed offset and hands out again what the loser handed out, although no consumer
     crashed."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
     data = tmp_path / "data"
-    produce(data, "t", 2, 50)
     with ExitStack() as stack:
-        a = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
-        cluster.wait_stable("g", 1)
-        wait_until(lambda: len(a.assignment()) == 2, 10, "a holds both partitions")
-        assert len(drain(a, 100)) == 100  # a handed out everything; nothing committed yet (auto-commit off)
+        a = _sole_member_drained(cluster, data, stack)
         real_commit = a.offsets.commit
         failures: list[dict[TopicPartition, int]] = []
 
@@ -263,15 +270,9 @@ def test_a_commit_whose_reply_was_lost_is_not_committed_again_later(cluster: Clu
     command is gone.  They must not be committed over the offsets of the partition's later owners.  What prevents it:
     the consumer's next stop or incremental start commits them under its old claim first (before any fresh claim of
     the partition), and the hand-over changed the owner znode's version, so that commit is fenced."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
     data = tmp_path / "data"
-    produce(data, "t", 2, 50)
     with ExitStack() as stack:
-        a = make(cluster, data, stack, rebalance="incremental", auto_commit=False)
-        cluster.wait_stable("g", 1)
-        wait_until(lambda: len(a.assignment()) == 2, 10, "a holds both partitions")
-        assert len(drain(a, 100)) == 100
+        a = _sole_member_drained(cluster, data, stack)
         real_transaction = a.offsets.zk.transaction
         lost: list[str] = []
 
