@@ -1,0 +1,180 @@
+"""``docs/zookeeper-layout.md`` is a contract: every znode a live cluster writes is in it, with the documented kind.
+
+The test reads the layout's trees out of the document itself, starts a real cluster (a broker hosting the
+coordinator, an eager and an incremental coordinator group, a Kafka 0.8 ``zk-client`` group and a group migrating
+from one to the other, a producer), makes the coordinator leave a command unacknowledged in the channel of a paused
+consumer (commands are otherwise deleted within milliseconds), and walks the whole tree:
+
+* every znode matches one documented path (the most specific one, literal names before ``<placeholders>``);
+* a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
+  ``persistent-sequential`` one has none and ends in ZooKeeper's 10-digit sequence number;
+* every documented leaf was seen (so a path the code stopped writing cannot linger in the document).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_consumer_e2e import Run
+from zkcoord import paths
+from zkcoord.procs import wait_until
+from zkcoord.topics import TopicAdmin
+from zkcoord.zk import ZkClient
+
+pytestmark = pytest.mark.integration
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "zookeeper-layout.md"
+_TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)[├└]── (?P<name>\S+)(?:\s+(?P<kind>ephemeral|persistent(?:-sequential)?))?")
+_PLACEHOLDER = re.compile(r"<([^>]+)>")
+
+
+@dataclass(frozen=True)
+class Documented:
+    """One path of the document's trees: a leaf with its kind, or a container (kind None)."""
+
+    path: str
+    kind: str | None
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        out, pos = [], 0
+        for m in _PLACEHOLDER.finditer(self.path):
+            out.append(re.escape(self.path[pos : m.start()]))
+            name = m.group(1)
+            if "|" in name:
+                out.append("(?:" + "|".join(re.escape(a) for a in name.split("|")) + ")")
+            elif name == "seq":
+                out.append(r"\d{10}")
+            else:
+                out.append(r"[^/]+")
+            pos = m.end()
+        out.append(re.escape(self.path[pos:]))
+        return re.compile("".join(out))
+
+    @property
+    def specificity(self) -> int:
+        """Literal characters: ``/consumers/coordinator`` is preferred over ``/consumers/<group>``."""
+        return len(_PLACEHOLDER.sub("", self.path))
+
+
+def documented_layout(text: str) -> list[Documented]:
+    """Every path of every tree in the document's code blocks, containers included."""
+    found: dict[str, Documented] = {}
+    for block in re.findall(r"```\n(.*?)```", text, flags=re.S):
+        lines = block.splitlines()
+        if not lines or not lines[0].startswith("/"):
+            continue
+        root = lines[0].split()[0].rstrip("/")
+        stack: list[str] = [root]  # stack[d] is the path of the last entry at depth d
+        entries = [m for m in map(_TREE_LINE.match, lines[1:]) if m is not None]
+        base = min((len(m.group("indent")) for m in entries), default=0)  # a tree may be indented under its root
+        for m in entries:
+            depth = (len(m.group("indent")) - base) // 4 + 1
+            parent = stack[depth - 1]
+            full = f"{parent}/{m.group('name')}"
+            del stack[depth:]
+            stack.append(full)
+            # the parents a multi-segment name implies (``ids/<brokerId>`` implies ``ids``) are containers
+            parts = m.group("name").split("/")
+            for i in range(1, len(parts)):
+                implied = f"{parent}/{'/'.join(parts[:i])}"
+                found.setdefault(implied, Documented(implied, None))
+            found[full] = Documented(full, m.group("kind"))
+            for i in range(2, root.count("/") + 2):  # the block's root and its parents
+                prefix = "/".join(root.split("/")[:i])
+                found.setdefault(prefix, Documented(prefix, None))
+    return list(found.values())
+
+
+def walk(zk: ZkClient, path: str = "/") -> Iterator[tuple[str, int]]:
+    """``(path, ephemeral owner)`` of every znode under ``path``, ZooKeeper's own ``/zookeeper`` excluded."""
+    for child in zk.get_children(path):
+        full = f"{path.rstrip('/')}/{child}"
+        if full == "/zookeeper":
+            continue
+        stat = zk.exists(full)
+        if stat is None:  # deleted while walking (a command acknowledged, a member leaving)
+            continue
+        yield full, stat.ephemeralOwner
+        yield from walk(zk, full)
+
+
+def test_the_documented_trees_parse() -> None:
+    layout = {d.path: d.kind for d in documented_layout(DOC.read_text())}
+    assert layout["/brokers/ids/<brokerId>"] == "ephemeral"
+    assert layout["/consumers/coordinator_epoch"] == "persistent"
+    assert layout["/consumers/<group>/owners/<topic>/<partition>"] == "ephemeral"
+    assert layout["/consumers/groups/<group>"] is None
+    assert any(kind == "persistent-sequential" for kind in layout.values())
+
+
+@pytest.fixture
+def run(zk_hosts: str, tmp_path: Path) -> Iterator[Run]:
+    with ExitStack() as stack:
+        yield Run(zk_hosts, tmp_path, stack)
+
+
+def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run) -> None:
+    layout = documented_layout(DOC.read_text())
+    run.broker()
+    TopicAdmin(run.zk).create("t", 4)
+    producer = run.producer("t", 2_000, 2_000)
+    run.consumer("eager", "t")
+    run.consumer("incr", "t", extra=("--rebalance", "incremental"))
+    run.consumer("old", "t", extra=("--protocol", "zk-client"))
+    run.consumer("mig", "t", extra=("--protocol", "zk-client"))
+    run.consumer("mig", "t", extra=("--migrating",))
+    paused = run.consumer("eager", "t")
+    run.wait_members("eager", 2)
+    run.wait_members("incr", 1)
+    run.wait_members("mig", 1)
+    assert producer.wait(60) == 0
+    for group in ("eager", "incr", "old", "mig"):
+        run.wait_consumed_all(group, {"t"})
+
+    # A paused member cannot acknowledge, so the stop-fetcher of the next rebalance stays in its channel.
+    paused.signal(signal.SIGSTOP)
+    try:
+        run.consumer("eager", "t")
+        channel_root = paths.channel_root("eager")
+
+        def command_pending() -> bool:
+            return any(
+                name.startswith(paths.COMMAND_PREFIX)
+                for member in run.zk.get_children(channel_root)
+                for name in run.zk.get_children(f"{channel_root}/{member}")
+            )
+
+        wait_until(command_pending, 30, "a command left in the paused member's channel")
+        seen = list(walk(run.zk))
+    finally:
+        paused.signal(signal.SIGCONT)
+
+    unmatched, wrong_kind, matched = [], [], set()
+    for path, owner in seen:
+        candidates = [d for d in layout if d.regex.fullmatch(path)]
+        if not candidates:
+            unmatched.append(path)
+            continue
+        doc = max(candidates, key=lambda d: d.specificity)
+        matched.add(doc.path)
+        name = path.rsplit("/", 1)[1]
+        ok = {
+            None: owner == 0,
+            "persistent": owner == 0,
+            "ephemeral": owner != 0,
+            "persistent-sequential": owner == 0 and re.search(r"\d{10}$", name) is not None,
+        }[doc.kind]
+        if not ok:
+            wrong_kind.append(f"{path} (documented as {doc.path}, {doc.kind or 'container'}; owner {owner:#x})")
+    assert unmatched == [], f"znodes the layout does not document: {unmatched}"
+    assert wrong_kind == [], f"znodes of another kind than documented: {wrong_kind}"
+    never_seen = sorted(d.path for d in layout if d.kind is not None and d.path not in matched)
+    assert never_seen == [], f"documented znodes no part of the cluster wrote: {never_seen}"
