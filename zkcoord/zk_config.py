@@ -47,10 +47,13 @@ def znode_path_problem(path: str) -> str | None:
 def validate_chroot(chroot: str) -> str:
     """Return ``chroot`` if it is a legal chroot, else raise :class:`ConfigurationError` saying which rule it breaks.
 
-    A legal chroot is a valid znode path (:func:`znode_path_problem`, ZooKeeper's own rule) whose every segment
-    uses the name alphabet (ASCII letters, digits, ``.``, ``_``, ``-``).
+    A legal chroot is a valid znode path (:func:`znode_path_problem`, ZooKeeper's own rule), outside ZooKeeper's
+    reserved ``/zookeeper`` subtree, whose every segment uses the name alphabet (ASCII letters, digits, ``.``, ``_``,
+    ``-``).
     """
     problem = znode_path_problem(chroot)
+    if problem is None and (chroot == "/zookeeper" or chroot.startswith("/zookeeper/")):
+        problem = "/zookeeper is reserved for ZooKeeper itself"
     if problem is None:
         bad = sorted({c for seg in chroot[1:].split("/") for c in seg if not _SEGMENT.fullmatch(c)})
         if bad:

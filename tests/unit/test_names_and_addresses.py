@@ -81,6 +81,8 @@ def test_malformed_addresses(text: str) -> None:
         ("/a\x1fb", "not allowed"),
         ("/caf\u00e9", "illegal characters"),
         ("/a\udcff", "not allowed"),  # a byte of a non-UTF-8 argv, as Python's surrogateescape decodes it
+        ("/zookeeper", "reserved"),
+        ("/zookeeper/x", "reserved"),
     ],
 )
 def test_chroots_follow_zookeepers_path_rules(chroot: str, reason: str) -> None:
@@ -88,7 +90,7 @@ def test_chroots_follow_zookeepers_path_rules(chroot: str, reason: str) -> None:
         ZkAddress.parse(f"h:1{chroot}")
 
 
-@pytest.mark.parametrize("chroot", ["/..a", "/a..", "/.a/b.", "/...", "/a-b_c.d/E9"])
+@pytest.mark.parametrize("chroot", ["/..a", "/a..", "/.a/b.", "/...", "/a-b_c.d/E9", "/zookeeper2", "/a/zookeeper"])
 def test_dots_inside_a_segment_are_legal(chroot: str) -> None:
     assert ZkAddress.parse(f"h:1{chroot}").chroot == chroot
 
