@@ -234,7 +234,7 @@ class Broker:
                     self.config.wait_s,
                 )
             if self._clock() >= deadline:
-                raise BrokerIdInUseError(self.config.broker_id)
+                raise BrokerIdInUseError(self.config.broker_id, self.config.wait_s)
             self._wait_for_vanish(deadline)
         self._registered_now()
 

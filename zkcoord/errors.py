@@ -113,9 +113,10 @@ class NoBrokersError(ZkCoordError):
 
 
 class BrokerIdInUseError(ZkCoordError):
-    def __init__(self, broker_id: int) -> None:
+    def __init__(self, broker_id: int, waited_s: float | None = None) -> None:
         self.broker_id = broker_id
-        super().__init__(f"broker id {broker_id} is already registered by a live broker; choose another --id")
+        waited = f" (still there after waiting {waited_s:.1f} s for its session to expire)" if waited_s else ""
+        super().__init__(f"broker id {broker_id} is already registered by a live broker{waited}; choose another --id")
 
 
 # --- embedded ZooKeeper server ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ Thread safety: :meth:`Journal.emit` may be called from any thread.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -196,12 +197,122 @@ class ReadStats:
 
 _CORE_KEYS = ("v", "ts", "mono", "seq", "role", "pid", "ev")
 
+#: The JSON type of every field a reader interprets, the one table both readers follow (this module's
+#: :func:`read_journal` and the Spark schema, :mod:`zkcoord.analysis.schema`, which is built from it).  Kinds:
+#: ``int`` an integer that fits 64 bits (not a boolean); ``float`` a finite number; ``str`` a string; ``text`` any
+#: value (a field whose shape differs between event types, read as its JSON text); ``counts`` an object of ``int``;
+#: ``int|list`` an integer or a list (``partitions``: a count, or the partitions themselves in older journals).
+#: ``null`` is absence, whatever the kind.  A line whose field has another type is malformed: counted, never used.
+FIELD_KINDS: dict[str, str] = {
+    # core fields (v: a non-integer v is a newer schema, not a malformed line)
+    "v": "int",
+    "ts": "int",
+    "mono": "int",
+    "seq": "int",
+    "role": "str",
+    "pid": "int",
+    "ev": "str",
+    # who and where
+    "group": "str",
+    "consumer": "str",
+    "thread": "str",
+    "topic": "str",
+    "partition": "int",
+    "broker": "text",
+    # ranges and offsets
+    "first": "int",
+    "last": "int",
+    "count": "int",
+    "offset": "int",
+    "at_ms": "float",
+    # coordination
+    "epoch": "int",
+    "generation": "int",
+    "attempt": "int",
+    "attempts": "int",
+    "retry": "int",
+    "retries": "int",
+    "option": "text",
+    "name": "text",
+    "reason": "text",
+    "trigger": "text",
+    "members": "text",
+    "partitions": "int|list",
+    "moved": "int",
+    "latency_ms": "float",
+    "stop_ms": "float",
+    "start_ms": "float",
+    # membership, faults
+    "pattern": "text",
+    "subscription": "counts",
+    "fault": "text",
+    "target": "text",
+    "detail": "text",
+}
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int and _INT64[0] <= value <= _INT64[1]
+
+
+def _has_kind(value: object, kind: str) -> bool:
+    """Whether a (non-null) decoded JSON value is of ``kind`` (see :data:`FIELD_KINDS`)."""
+    if kind == "int":
+        return _is_int(value)
+    if kind == "float":
+        if type(value) is int:
+            return -1.7976931348623157e308 <= value <= 1.7976931348623157e308  # as a double: finite
+        return type(value) is float and math.isfinite(value)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "counts":
+        return isinstance(value, dict) and all(_is_int(v) for v in value.values())
+    if kind == "int|list":
+        return _is_int(value) or isinstance(value, list)
+    return True  # text
+
+
+def mistyped_fields(obj: dict[str, Any]) -> list[str]:
+    """The fields of a decoded line (core fields but ``v`` included) whose value breaks :data:`FIELD_KINDS`."""
+    return [k for k, kind in FIELD_KINDS.items() if k != "v" and obj.get(k) is not None and not _has_kind(obj[k], kind)]
+
+
+class _Unreadable(ValueError):
+    """A JSON text this reader refuses although Python's parser would take it: a duplicate key, NaN, Infinity."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _Unreadable("duplicate key")
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise _Unreadable(f"{name} is not a number")
+
+
+def decode_line(raw: bytes) -> dict[str, Any] | None:
+    """A journal line's JSON object, or None if it is not a plain JSON object (not JSON, not an object, a duplicate
+    key, a NaN or Infinity token).  Never raises."""
+    try:
+        obj = json.loads(raw, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError and _Unreadable are ValueErrors
+        return None
+    return obj if isinstance(obj, dict) else None
+
 
 def read_journal(directory: Path, stats: ReadStats | None = None) -> Iterator[JournalEvent]:
     """Yield every event of every ``*.jsonl`` file in ``directory``, file by file, in file order.
 
     A truncated last line (a process killed mid-write) and malformed lines are skipped and counted in ``stats``;
-    lines of a newer schema version are skipped and counted too, never misread.
+    lines of a newer schema version are skipped and counted too, never misread.  In this order: a line without its
+    newline is truncated; one that is not a plain JSON object (:func:`decode_line`) or lacks a core field (or has it
+    null) is malformed; one whose ``v`` is not an integer or is above :data:`SCHEMA_VERSION` is of a newer schema;
+    one with a field of the wrong type (:data:`FIELD_KINDS`) is malformed.  The Spark reader
+    (:mod:`zkcoord.analysis.load`) follows the same rules, and a test keeps the two in step.
     """
     stats = stats if stats is not None else ReadStats()
     for path in sorted(directory.glob("*.jsonl")):
@@ -211,16 +322,15 @@ def read_journal(directory: Path, stats: ReadStats | None = None) -> Iterator[Jo
                 if not raw.endswith(b"\n"):
                     stats.truncated += 1
                     continue
-                try:
-                    obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = decode_line(raw)
+                if obj is None or any(obj.get(k) is None for k in _CORE_KEYS):
                     stats.malformed += 1
                     continue
-                if not isinstance(obj, dict) or any(k not in obj for k in _CORE_KEYS):
-                    stats.malformed += 1
-                    continue
-                if not isinstance(obj["v"], int) or obj["v"] > SCHEMA_VERSION:
+                if not _is_int(obj["v"]) or obj["v"] > SCHEMA_VERSION:
                     stats.newer_schema += 1
+                    continue
+                if mistyped_fields(obj):
+                    stats.malformed += 1
                     continue
                 core = {k: obj.pop(k) for k in _CORE_KEYS}
                 yield JournalEvent(

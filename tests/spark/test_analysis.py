@@ -80,7 +80,9 @@ def test_damage_is_skipped_and_counted_like_the_reference_reader(verdict: Verdic
     got = {k: getattr(read, k) for k in DAMAGE}
     assert got == DAMAGE
     assert read.unknown_types == {"consumer.teleported": 1}
-    assert damaged.ok, "damage that is skipped must not be mistaken for a violation"
+    assert all(p.count == 0 for p in damaged.properties), "damage that is skipped must not be mistaken for a violation"
+    # ...nor give a PASS: lines the checks should have used could not be (2 malformed, 1 incomplete, 1 newer)
+    assert read.unusable == 4 and damaged.status == "INCONCLUSIVE" and not damaged.ok
     stats = ReadStats()
     events = list(read_journal(runs / "damaged" / "journal", stats))
     assert (read.truncated, read.malformed, read.newer_schema) == (stats.truncated, stats.malformed, stats.newer_schema)
@@ -125,7 +127,8 @@ def test_verdict_table_shows_runs_side_by_side(verdict: Verdict) -> None:
     header = table.splitlines()[0].split()
     assert header == ["property", "clean", "violations", "damaged"]
     s3 = next(line for line in table.splitlines() if line.startswith("S3"))
-    assert re.search(r"0 PASS\s+10 FAIL\s+0 PASS", s3)
+    assert re.search(r"0 PASS\s+10 FAIL\s+0 INCONCLUSIVE", s3)
+    assert table.splitlines()[-1].split() == ["verdict", "PASS", "FAIL", "INCONCLUSIVE"]
 
 
 def test_a_journal_of_a_newer_schema_only_is_refused(spark: SparkSession, tmp_path: Path) -> None:

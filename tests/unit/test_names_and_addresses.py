@@ -8,6 +8,7 @@ from zkcoord import paths
 from zkcoord.errors import ConfigurationError, InvalidNameError
 from zkcoord.names import validate_partition_count, validate_topic
 from zkcoord.zk import ZkAddress, ZkConfig
+from zkcoord.zk_config import znode_path_problem
 
 
 @pytest.mark.parametrize("name", ["orders", "a", "A.b_c-9", "x" * 249])
@@ -64,6 +65,67 @@ def test_address_parsing() -> None:
 def test_malformed_addresses(text: str) -> None:
     with pytest.raises(ConfigurationError):
         ZkAddress.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("chroot", "reason"),
+    [
+        ("/a/../b", "relative segment '..'"),
+        ("/a/./b", "relative segment '.'"),
+        ("/..", "relative segment '..'"),
+        ("/a/.", "relative segment '.'"),
+        ("/a//b", "empty segment"),
+        ("//", "must not end with '/'"),
+        ("/a/", "must not end with '/'"),
+        ("/a\x00b", "not allowed"),
+        ("/a\x1fb", "not allowed"),
+        ("/caf\u00e9", "illegal characters"),
+        ("/a\udcff", "not allowed"),  # a byte of a non-UTF-8 argv, as Python's surrogateescape decodes it
+        ("/zookeeper", "reserved"),
+        ("/zookeeper/x", "reserved"),
+    ],
+)
+def test_chroots_follow_zookeepers_path_rules(chroot: str, reason: str) -> None:
+    with pytest.raises(ConfigurationError, match=reason):
+        ZkAddress.parse(f"h:1{chroot}")
+
+
+@pytest.mark.parametrize("chroot", ["/..a", "/a..", "/.a/b.", "/...", "/a-b_c.d/E9", "/zookeeper2", "/a/zookeeper"])
+def test_dots_inside_a_segment_are_legal(chroot: str) -> None:
+    assert ZkAddress.parse(f"h:1{chroot}").chroot == chroot
+
+
+def _kazoo_accepts(connect: str) -> bool:
+    """Whether kazoo's own parser takes the connect string (it raises ValueError for paths ZooKeeper refuses)."""
+    from kazoo.client import KazooClient
+
+    try:
+        KazooClient(hosts=connect)
+    except ValueError:
+        return False
+    return True
+
+
+_CONNECT_CHARS = st.sampled_from(
+    ["/", ".", "..", "a", "Z", "9", "-", "_", ":", ",", " ", "\x00", "\x7f", "\u00e9", "\ud800"]
+)
+
+
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.builds(lambda parts: "h:1" + "".join(parts), st.lists(_CONNECT_CHARS, max_size=12)),
+        st.builds(lambda parts: "h:1/" + "".join(parts), st.lists(_CONNECT_CHARS, max_size=12)),
+    )
+)
+def test_any_string_parses_to_a_valid_address_or_a_configuration_error(text: str) -> None:
+    try:
+        address = ZkAddress.parse(text)
+    except ConfigurationError:
+        return  # the typed error; anything else (ValueError, IndexError...) fails the test
+    if address.chroot is not None:
+        assert znode_path_problem(address.chroot) is None
+    assert _kazoo_accepts(str(address))
 
 
 def test_config_validates_itself() -> None:

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from zkcoord.analysis.errors import NoJournalError
-from zkcoord.analysis.schema import CORE_FIELDS, EVENT_COLUMNS, EVENT_SCHEMA, KNOWN_EVENTS, MAX_VERSION
+from zkcoord.analysis.schema import CORE_FIELDS, EVENT_COLUMNS, EVENT_SCHEMA, FIELD_KINDS, KNOWN_EVENTS, MAX_VERSION
 
 #: Why a line was skipped (the ``skip`` column; null for a usable event).
 SKIP_REASONS: tuple[str, ...] = ("truncated", "malformed", "newer_schema", "unknown_event", "incomplete")
@@ -116,8 +116,16 @@ def classify(lines: DataFrame) -> DataFrame:
     text is dropped.
     """
     e = F.col("e")
-    core_present = functools.reduce(lambda a, b: a & b, [e[k].isNotNull() for k in CORE_FIELDS if k != "v"])
-    raw_v = F.get_json_object(F.col("value"), "$.v")
+    # Both parses are columns of their own, each evaluated once per line, not once per expression that reads them.
+    variant = F.col("j")
+    value = {k: F.variant_get(variant, f"$.{k}", "variant") for k in FIELD_KINDS}
+    present = {k: v.isNotNull() & ~F.is_variant_null(v) for k, v in value.items()}
+    # present and not null, whatever its type: a wrong type is judged after the version (a newer schema may differ)
+    core_present = functools.reduce(lambda a, b: a & b, [present[k] for k in CORE_FIELDS])
+    mistyped = functools.reduce(
+        lambda a, b: a | b,
+        [_mistyped(e[k], value[k], present[k], kind) for k, kind in FIELD_KINDS.items() if k != "v"],
+    )
     ev = e["ev"]
     range_ok = (
         e["topic"].isNotNull()
@@ -129,11 +137,11 @@ def classify(lines: DataFrame) -> DataFrame:
     )
     skip = (
         F.when(F.col("torn"), F.lit("truncated"))
-        .when(~core_present, F.lit("malformed"))
+        .when(variant.isNull() | ~core_present, F.lit("malformed"))
         # the reference reader counts a non-integer v as a newer schema, never guesses it
-        .when(e["v"].isNull() & raw_v.isNotNull(), F.lit("newer_schema"))
-        .when(e["v"].isNull(), F.lit("malformed"))
+        .when(e["v"].isNull(), F.lit("newer_schema"))
         .when(e["v"] > MAX_VERSION, F.lit("newer_schema"))
+        .when(mistyped, F.lit("malformed"))
         .when(~ev.isin(*KNOWN_EVENTS), F.lit("unknown_event"))
         .when(ev.isin(*RANGE_EVENTS) & ~range_ok, F.lit("incomplete"))
     )
@@ -143,8 +151,36 @@ def classify(lines: DataFrame) -> DataFrame:
         .when(F.col("ev") == "records.consumed", F.lit("consumed"))
         .otherwise(F.lit("other"))
     )
-    parsed = lines.select("run", F.from_json(F.col("value"), EVENT_SCHEMA).alias("e"), F.col("torn"), F.col("value"))
+    parsed = lines.select(
+        "run",
+        F.from_json(F.col("value"), EVENT_SCHEMA).alias("e"),
+        # the line as a variant (null unless plain JSON: a duplicate key, NaN or Infinity), for the JSON type of each
+        # field: from_json turns a value of the wrong type into null, as if the field were absent
+        F.try_parse_json(F.col("value")).alias("j"),
+        F.col("torn"),
+    )
     return parsed.select("run", skip.alias("skip"), *[e[c].alias(c) for c in EVENT_COLUMNS]).withColumn("kind", kind)
+
+
+def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Column:
+    """Whether a field is present (not null) with a JSON type other than ``kind`` (:data:`FIELD_KINDS`); the same
+    rules as :func:`zkcoord.journal.mistyped_fields`.
+
+    ``typed`` is the field as from_json read it: null for a value of another type (a string, a boolean, a fraction
+    or an integer beyond 64 bits where an integer is expected), and for strings the text of any value.  ``value`` is
+    the field as a variant.  Each test looks at ``typed`` first, so the variant is consulted only when needed.
+    """
+    if kind == "int":
+        return typed.isNull() & present
+    if kind == "float":  # from_json takes the strings "NaN" and "Infinity" as doubles: finite rules them out
+        return (typed.isNull() & present) | F.isnan(typed) | (F.abs(typed) == F.lit(float("inf")))
+    if kind == "str":
+        return typed.isNotNull() & (F.schema_of_variant(value) != F.lit("STRING"))
+    if kind == "counts":
+        return (typed.isNull() & present) | F.exists(F.map_values(typed), lambda x: x.isNull())
+    if kind == "int|list":
+        return typed.isNull() & present & F.try_variant_get(value, "$", "array<variant>").isNull()
+    return F.lit(False)  # text
 
 
 def of_kind(classified: DataFrame, kind: str) -> DataFrame:

@@ -197,8 +197,8 @@ def _html(verdict: Verdict, images: dict[str, dict[str, str]]) -> str:
         cells = []
         for r in verdict.runs:
             p = r.property(key)
-            cls = "pass" if p.ok else "fail"
-            cells.append(f'<td class="{cls}">{p.count} {"PASS" if p.ok else "FAIL"}</td>')
+            cls = "pass" if p.ok and r.ok else "fail"
+            cells.append(f'<td class="{cls}">{r.cell(p)}</td>')
         body.append(f"<tr><th>{key} {e(title)}</th>{''.join(cells)}</tr>")
     extra = [
         (
@@ -212,9 +212,7 @@ def _html(verdict: Verdict, images: dict[str, dict[str, str]]) -> str:
     ]
     for label, values in extra:
         body.append(f"<tr><th>{e(label)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
-    overall = "".join(
-        f'<td class="{"pass" if r.ok else "fail"}">{"PASS" if r.ok else "FAIL"}</td>' for r in verdict.runs
-    )
+    overall = "".join(f'<td class="{"pass" if r.ok else "fail"}">{r.status}</td>' for r in verdict.runs)
     body.append(f"<tr><th>verdict</th>{overall}</tr>")
     sections = []
     for kind, title in PLOTS:
@@ -234,7 +232,7 @@ td.pass {{ background: #e6f4e6; }} td.fail {{ background: #f9dede; font-weight: 
 img {{ max-width: 100%; border: 1px solid #ddd; }} figcaption {{ font-size: 0.85em; color: #555; }}
 </style></head><body>
 <h1>zkcoord analysis</h1>
-<p>Runs: {e(", ".join(runs))}. Verdict: <b>{"PASS" if verdict.ok else "FAIL"}</b>.
+<p>Runs: {e(", ".join(runs))}. Verdict: <b>{verdict.status}</b>.
 Tables (Parquet) are in <code>tables/</code>, the verdict in <code>verdict.json</code>;
 definitions in docs/analysis.md.</p>
 <table><tr><th>property</th>{head}</tr>

@@ -51,6 +51,14 @@ class ReadCounts:
     def skipped(self) -> int:
         return self.truncated + self.malformed + self.newer_schema + self.unknown_event + self.incomplete
 
+    @property
+    def unusable(self) -> int:
+        """Lines of a type the checks use that could not be used: malformed (wrong JSON, a core field missing, a field
+        of the wrong type), incomplete range events, lines of a newer schema.  Any of them may hide a violation, so a
+        run with them cannot PASS (see :attr:`RunVerdict.status`).  A torn last line (a process killed mid-write)
+        and an unknown event type (a newer writer's addition) are expected and do not count."""
+        return self.malformed + self.incomplete + self.newer_schema
+
     def summary(self) -> str:
         """``"3 skipped: 1 truncated, 2 unknown_event"``, or ``"none skipped"``."""
         parts = [
@@ -81,7 +89,22 @@ class RunVerdict:
 
     @property
     def ok(self) -> bool:
-        return all(p.ok for p in self.properties)
+        """PASS: every property holds on evidence that is complete (no unusable line)."""
+        return self.status == "PASS"
+
+    @property
+    def status(self) -> str:
+        """``FAIL`` if a property is violated; else ``INCONCLUSIVE`` if lines could not be used
+        (:attr:`ReadCounts.unusable`: the evidence is incomplete, a violation may hide in them); else ``PASS``."""
+        if not all(p.ok for p in self.properties):
+            return "FAIL"
+        return "INCONCLUSIVE" if self.read.unusable else "PASS"
+
+    def cell(self, p: PropertyResult) -> str:
+        """A property's table cell: ``3 FAIL``, ``0 PASS``, or ``0 INCONCLUSIVE`` when the run is inconclusive."""
+        if not p.ok:
+            return f"{p.count} FAIL"
+        return f"{p.count} {'PASS' if self.read.unusable == 0 else 'INCONCLUSIVE'}"
 
     def property(self, key: str) -> PropertyResult:
         for p in self.properties:
@@ -102,6 +125,12 @@ class Verdict:
     def ok(self) -> bool:
         return all(r.ok for r in self.runs)
 
+    @property
+    def status(self) -> str:
+        """``PASS`` if every run passes; else ``FAIL`` if any run fails; else ``INCONCLUSIVE``."""
+        statuses = {r.status for r in self.runs}
+        return "PASS" if statuses <= {"PASS"} else "FAIL" if "FAIL" in statuses else "INCONCLUSIVE"
+
     def run_ok(self, name: str) -> bool:
         """Whether every property of run ``name`` holds (:meth:`run` raises KeyError for an unknown name)."""
         return self.run(name).ok
@@ -113,17 +142,24 @@ class Verdict:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "out_dir": self.out_dir, "seconds": round(self.seconds, 3), "runs": []}
+        out: dict[str, Any] = {
+            "ok": self.ok,
+            "status": self.status,
+            "out_dir": self.out_dir,
+            "seconds": round(self.seconds, 3),
+            "runs": [],
+        }
         for r in self.runs:
             out["runs"].append(
                 {
                     "run": r.run,
                     "ok": r.ok,
+                    "status": r.status,
                     "journal": r.journal,
                     "properties": {
                         p.key: {"title": p.title, "count": p.count, "ok": p.ok, **p.details} for p in r.properties
                     },
-                    "read": {**asdict(r.read), "skipped": r.read.skipped},
+                    "read": {**asdict(r.read), "skipped": r.read.skipped, "unusable": r.read.unusable},
                     "rebalances": r.rebalances,
                     "faults": r.faults,
                 }
@@ -138,17 +174,14 @@ class Verdict:
         header = ["property", *[r.run for r in self.runs]]
         rows = []
         for key, title in PROPERTIES.items():
-            cells = []
-            for r in self.runs:
-                p = r.property(key)
-                cells.append(f"{p.count} {'PASS' if p.ok else 'FAIL'}")
-            rows.append([f"{key} {title}", *cells])
+            rows.append([f"{key} {title}", *[r.cell(r.property(key)) for r in self.runs]])
         rows.append(["rebalances (completed/all)", *[_rebalance_cell(r) for r in self.runs]])
         rows.append(["latency p50/p95/max ms", *[_percentiles(r.rebalances, "latency_ms") for r in self.runs]])
         rows.append(["stop-the-world p50/p95/max ms", *[_percentiles(r.rebalances, "stw_ms") for r in self.runs]])
         rows.append(["faults injected", *[str(r.faults) for r in self.runs]])
         rows.append(["journal lines (skipped)", *[f"{r.read.lines} ({r.read.skipped})" for r in self.runs]])
-        rows.append(["verdict", *["PASS" if r.ok else "FAIL" for r in self.runs]])
+        rows.append(["unusable lines", *[str(r.read.unusable) for r in self.runs]])
+        rows.append(["verdict", *[r.status for r in self.runs]])
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
         lines = [
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]

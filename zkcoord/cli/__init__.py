@@ -40,6 +40,10 @@ def cli(verbose: int) -> None:
     """
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    if verbose == 0:
+        # kazoo warns once per failed connection attempt (a dozen lines while a server is unreachable); zkcoord.zk
+        # reports the states that matter and the command its one-line error, so its chatter is shown with -v only.
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
 cli.add_command(zk)

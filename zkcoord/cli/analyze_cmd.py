@@ -46,7 +46,10 @@ def analyze(
     no_report: bool,
     quiet: bool,
 ) -> None:
-    """Read the journals of RUN_DIR... and judge S1-S5; exit 1 if any property is violated.
+    """Read the journals of RUN_DIR... and judge S1-S5; exit 1 unless every run PASSes.
+
+    A run FAILs if a property is violated, and is INCONCLUSIVE (not PASS) if journal lines it should have used are
+    malformed (wrong JSON, a missing core field, a field of the wrong type), incomplete or of a newer schema.
 
     \b
     A RUN_DIR holds journal/*.jsonl (or is a journal directory itself).  Several runs (say a safe run and its
@@ -84,9 +87,9 @@ def analyze(
         click.echo(verdict.to_json())
     else:
         click.echo(verdict.table())
-        click.echo(
-            f"\nverdict: {'PASS' if verdict.ok else 'FAIL'}; tables, verdict.json and report in {verdict.out_dir}"
-        )
+        click.echo(f"\nverdict: {verdict.status}; tables, verdict.json and report in {verdict.out_dir}")
+        if verdict.status == "INCONCLUSIVE":
+            click.echo("(lines that could not be used may hide a violation: see 'unusable lines' and docs/analysis.md)")
     if not verdict.ok:
         raise SystemExit(1)
 

@@ -61,7 +61,6 @@ def broker(
     Re-registers after a session expiry; refuses an id held by a live broker; on SIGTERM or SIGINT removes its
     registration and exits 0.  The elected broker coordinates every consumer group (docs/protocol.md).
     """
-    logging.getLogger("zkcoord").setLevel(min(logging.getLogger("zkcoord").getEffectiveLevel(), logging.INFO))
     config = BrokerConfig(
         broker_id=broker_id,
         zk=zk_config(zk, session_timeout),
@@ -82,6 +81,9 @@ def broker(
         services.append(Coordinator(broker_id, coordinator_config))
     node = Broker(config, journal, services)
     node.start()
+    # A running broker logs what it does at INFO; raised only now, so a refused start prints its one Error: line
+    # and nothing before it (-v shows the start-up steps).
+    logging.getLogger("zkcoord").setLevel(min(logging.getLogger("zkcoord").getEffectiveLevel(), logging.INFO))
     click.echo(f"broker {broker_id} registered at {config.zk.address} (session {node.zk.session_id:#x})", err=True)
     try:
         stop.wait()
