@@ -13,32 +13,25 @@ from hypothesis import strategies as st
 from consumer.config import ConsumerConfig, Subscription
 from consumer.fetcher import FetchManager, OutOfRange
 from consumer.records import ConsumerRecord, TopicPartition
-from tests.unit.test_consumer_fetcher import (  # noqa: F401 (fixtures)
-    WAIT,
-    Events,
-    append,
-    by_partition,
-    cid,
-    managers,
-    poll_until,
-    value,
-)
+from tests.unit import test_consumer_fetcher as base
+from tests.unit.test_consumer_fetcher import WAIT, Events, append, by_partition, poll_until, value
 from zkcoord.errors import CodecError, ConfigurationError, OffsetOutOfRangeError
-from zkcoord.offset_reset import BELOW_START, BEYOND_END, Decision, ResetRecord, decide, out_of_range
+from zkcoord.offset_reset import BELOW_START, BEYOND_END, Decision, OffsetReset, ResetRecord, decide, out_of_range
 from zkcoord.partlog import PartitionWriter, WriterConfig, partition_dir
 from zkcoord.partlog.layout import index_path, list_segments, log_path
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+cid, managers = base.cid, base.managers  # the fetcher tests' fixtures
 offsets = st.integers(min_value=0, max_value=1 << 64)
-policies = st.sampled_from(["earliest", "latest", "none"])
+policies: st.SearchStrategy[OffsetReset] = st.sampled_from(["earliest", "latest", "none"])
 
 
 @given(offsets, offsets, offsets, policies)
 def test_a_position_is_moved_only_when_out_of_range_and_only_into_the_range(
-    position: int, start: int, length: int, policy: str
+    position: int, start: int, length: int, policy: OffsetReset
 ) -> None:
     high_water = start + length
-    decision = decide(position, start, high_water, policy)  # type: ignore[arg-type]
+    decision = decide(position, start, high_water, policy)
     in_range = start <= position <= high_water
     assert (decision is None) == in_range
     if decision is None:
