@@ -356,7 +356,10 @@ class PartitionWriter:
         active = self._require_active()
         stat = os.fstat(active.log_fd)
         size = stat.st_size
-        mark = hw.read(self._hw_fd, hw.path(self.directory)) if self._hw_fd is not None else None
+        # Another writer can only have moved the mark by appending or cutting (the size changed) or by recovering a
+        # file deleted under us (nlink 0): otherwise the mark is ours, and the read is saved.
+        changed = size != active.size or stat.st_nlink == 0
+        mark = hw.read(self._hw_fd, hw.path(self.directory)) if changed and self._hw_fd is not None else None
         if mark is not None and (mark.epoch != self._mark.epoch or mark.offset > self._mark.offset):
             rewound_elsewhere = mark.epoch != self._mark.epoch
             self._mark = mark if mark.epoch >= self._mark.epoch else self._mark._replace(offset=mark.offset)
