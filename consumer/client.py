@@ -38,6 +38,7 @@ from consumer.lease import Lease, lease_duration
 from consumer.migration import MigrationBridge
 from consumer.offsets import OffsetStore
 from consumer.records import ConsumerRecord, TopicPartition
+from consumer.resets import ResetReporter
 from consumer.shared import ConsumerMetrics
 from zkcoord import paths
 from zkcoord.errors import NodeExistsError, ZkError
@@ -74,6 +75,7 @@ class Consumer:
         )
         self.lease = Lease(lease_duration(config.session_timeout_s, config.lease_fraction), clock=clock)
         self.offsets = OffsetStore(self.zk, config.group)
+        self.resets = ResetReporter(self.journal, config.group, self.consumer_id, self.zk, wall_ms)
         self.fetcher = FetchManager(
             config.data_dir,
             max_poll_records=config.max_poll_records,
@@ -81,6 +83,8 @@ class Consumer:
             on_started=self._fetch_started,
             on_stopped=self._fetch_stopped,
             gate=self._may_deliver,
+            offset_reset=config.offset_reset,
+            on_reset=self.resets.report,
         )
         self._events: queue.Queue[tuple[str, object]] = queue.Queue()
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
@@ -183,6 +187,7 @@ class Consumer:
         for thread in self._threads:
             thread.join(timeout=timeout)
         self.fetcher.close()
+        self.resets.close()
         try:
             self.zk.delete(paths.member(self.config.group, self.consumer_id))
             if self.bridge is not None:

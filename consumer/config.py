@@ -14,6 +14,8 @@ from typing import Literal
 from zkcoord.errors import ConfigurationError
 from zkcoord.legacy_paths import check_group
 from zkcoord.names import validate_group, validate_topic
+from zkcoord.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
+from zkcoord.offset_reset import OffsetReset, check_policy
 from zkcoord.znodes import MAX_THREADS, MemberRegistration, Pattern
 
 StartFrom = Literal["earliest", "latest"]
@@ -81,6 +83,10 @@ class ConsumerConfig:
     :param max_poll_records: the most records one ``poll()`` returns (KIP-41).
     :param auto_commit: commit consumed positions every ``auto_commit_interval_s`` from ``poll()``.
     :param start_from: where a partition without a committed offset starts: ``earliest`` or ``latest``.
+    :param offset_reset: what to do with a position outside its partition's log (a committed offset beyond the
+        log's high water or below its start): ``earliest``, ``latest`` or ``none`` (hold the partition and report
+        it); journalled as ``offsets.reset``.  Separate from ``start_from``, and ``earliest`` by default rather than
+        Kafka's ``latest``: :mod:`zkcoord.offset_reset` says why.
     :param unsafe_no_fencing: the demo's contrast only: accept stale commands and fetch without a lease.
     :param migrating: join a group that still has ``zk-client`` members (live migration, ``docs/migration.md``):
         register in Kafka 0.8's registry too, fetch a partition only while holding its 0.8 owner znode, and commit
@@ -99,6 +105,7 @@ class ConsumerConfig:
     auto_commit: bool = True
     auto_commit_interval_s: float = 5.0
     start_from: StartFrom = "earliest"
+    offset_reset: OffsetReset = DEFAULT_OFFSET_RESET
     consumer_id: str = field(default="")
     lease_fraction: float = 0.5
     unsafe_no_fencing: bool = False
@@ -121,6 +128,7 @@ class ConsumerConfig:
             )
         if self.start_from not in ("earliest", "latest"):
             raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
+        check_policy(self.offset_reset)
         if self.rebalance not in ("eager", "incremental"):
             raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
         if not 0.1 <= self.lease_fraction <= 0.9:

@@ -39,6 +39,8 @@ class LogReader(Protocol):
 
     def end_offset(self) -> int: ...
 
+    def high_water(self) -> int: ...
+
     def close(self) -> None: ...
 
 
@@ -396,6 +398,26 @@ class FetchCore:
             else:
                 state.range_checked = True
                 state.idle_until = self.clock() + self.idle_wait
+            return True
+
+    def publish_reset(self, grant: Grant, to: int) -> bool:
+        """Record that the granted read found its position out of range and the reset policy moved it to ``to``:
+        what the partition buffered is dropped and it is fetched from ``to``, whose range is checked again.
+        Whether it still counted (as :meth:`publish`).  Takes the lock.
+        """
+        state = grant.state
+        with self.lock:
+            self.reserved -= grant.room
+            self.in_flight -= 1
+            self.fetches += 1
+            state.in_flight = grant.fetcher.busy = False
+            self.reads_done.notify_all()
+            self.wake_fetchers()
+            if grant.epoch != self.epoch or self.states.get(state.tp) is not state:
+                return False
+            self.drop(state)
+            state.consumed = state.fetch_position = to
+            state.range_checked = False
             return True
 
     def fail_fetcher(self, fetcher: Fetcher, exc: BaseException) -> list[PartitionFetch]:

@@ -27,6 +27,13 @@ Fetching (seed 004, heuristic 1)
     side either (the Java consumer gets the same from ``movePartitionToEnd``).  A partition that had nothing new
     is not read again for ``idle_wait_s``; a read that fails stalls its partition until :meth:`~FetchManager.resume`
     or the next :meth:`~FetchManager.assign`, and is reported through ``on_error``.
+
+Positions out of range (``auto.offset.reset``, :mod:`zkcoord.offset_reset`)
+    A partition's range is checked when its fetching (re)starts (a read that finds nothing looks at the log's
+    start and high water) and whenever the log says a read starts below its start.  A position outside
+    ``[start, high water]`` is handled by ``offset_reset``: ``earliest``/``latest`` move the position there (what was
+    buffered is dropped) and fetching goes on; ``none`` stalls the partition as a failed read does.  Either way
+    ``on_reset`` reports it (on the fetcher thread).  Other partitions are not disturbed.
 """
 
 from __future__ import annotations
@@ -37,12 +44,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 from consumer.fetch_state import FetchCore, Fetcher, FetchStats, Grant, LogReader, PartitionFetch, ReaderFactory
 from consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.errors import ConfigurationError, LogError, OffsetOutOfRangeError
+from zkcoord.offset_reset import OffsetReset, check_policy, decide
 from zkcoord.partlog import PartitionReader
 from zkcoord.partlog.layout import PathLike
 
@@ -60,6 +69,29 @@ ErrorCallback = Callable[[TopicPartition, BaseException], None]
 FetchedCallback = Callable[[TopicPartition, int, int], None]
 
 
+@dataclass(frozen=True, slots=True)
+class OutOfRange:
+    """What ``on_reset`` is told: ``tp``'s position ``position`` was outside ``[log_start, high_water]``
+    (``reason``); the ``policy`` moved it to ``to``, or held the partition (``to`` None, policy ``none``)."""
+
+    tp: TopicPartition
+    thread_id: str
+    position: int
+    to: int | None
+    policy: OffsetReset
+    reason: str
+    log_start: int
+    high_water: int
+
+
+#: ``on_reset(out_of_range)``: a position was found out of range and handled by the reset policy.
+ResetCallback = Callable[[OutOfRange], None]
+
+
+def _describe(report: OutOfRange) -> tuple[object, ...]:
+    return report.tp, report.position, report.reason, report.log_start, report.high_water
+
+
 def _always_open() -> bool:
     return True
 
@@ -69,10 +101,11 @@ def _log_error(tp: TopicPartition, exc: BaseException) -> None:
 
 
 def _check_range(reader: LogReader, offset: int) -> None:
-    """A read from ``offset`` found nothing: fine at the end of the log, data missing if beyond it."""
-    end = reader.end_offset()
-    if offset > end:
-        raise OffsetOutOfRangeError(offset, reader.start_offset, end)
+    """A read from ``offset`` found nothing: fine up to the high water (records come from there), out of range
+    beyond it."""
+    high_water = reader.high_water()
+    if offset > high_water:
+        raise OffsetOutOfRangeError(offset, reader.start_offset, high_water)
 
 
 class FetchManager:
@@ -90,7 +123,10 @@ class FetchManager:
     :param clock: a monotonic clock in seconds, advancing with real time (deadlines and idle waits use it).
     :param gate: fetchers read and :meth:`poll` hands out records only while it returns True (S6).
     :param reader_factory: makes a partition's reader (tests wrap :class:`~zkcoord.partlog.PartitionReader`).
-    :raises ConfigurationError: a limit is not positive.
+    :param offset_reset: what to do with a position out of range (module docstring); ``none`` (the default here;
+        consumers pass their configured policy) stalls the partition.
+    :param on_reset: told of every position found out of range (fetcher thread).
+    :raises ConfigurationError: a limit is not positive, or the policy is unknown.
     """
 
     def __init__(
@@ -108,6 +144,8 @@ class FetchManager:
         on_fetched: FetchedCallback | None = None,
         gate: Callable[[], bool] = _always_open,
         reader_factory: ReaderFactory = PartitionReader,
+        offset_reset: OffsetReset = "none",
+        on_reset: ResetCallback | None = None,
     ) -> None:
         max_buffered = 2 * max_poll_records if max_buffered_records is None else max_buffered_records
         for name, value in (
@@ -126,6 +164,8 @@ class FetchManager:
         self._on_error: ErrorCallback = on_error or _log_error
         self._on_fetched = on_fetched
         self._reader_factory = reader_factory
+        self._offset_reset = check_policy(offset_reset)
+        self._on_reset = on_reset
         self._core = FetchCore(
             max_poll=max_poll_records, max_buffered=max_buffered, idle_wait=idle_wait_s, clock=clock, gate=gate
         )
@@ -473,6 +513,45 @@ class FetchManager:
             for reader in readers.values():
                 reader.close()
 
+    def _reset(self, grant: Grant, reader: LogReader, exc: OffsetOutOfRangeError) -> LogError | None:
+        """Apply the reset policy to a read that found its position out of range, and publish the read's outcome:
+        moved (``earliest``, ``latest``: one log line), held as a failed read (``none``: reported through
+        ``on_error`` as any failed read), or nothing (in range after all); ``on_reset`` is told of the first two.
+
+        :returns: None, or (nothing published) the error that kept it from reading the log's bounds, for the
+            caller to publish as a failed read.
+        """
+        try:
+            start, high_water = reader.start_offset, reader.high_water()
+        except LogError as error:
+            return error
+        decision = decide(grant.offset, start, high_water, self._offset_reset)
+        if decision is None:  # the log moved between the read and this look: in range now
+            self._core.publish(grant, [], None)
+            return None
+        report = OutOfRange(
+            grant.state.tp,
+            grant.state.thread_id,
+            grant.offset,
+            decision.to,
+            self._offset_reset,
+            decision.reason,
+            start,
+            high_water,
+        )
+        if decision.to is None:  # held: a failed read, reported as one (on_error logs its one line by default)
+            if self._core.publish(grant, [], exc):
+                self._call(self._on_error, grant.state.tp, exc)
+                if self._on_reset is not None:
+                    self._call(self._on_reset, report)
+            return None
+        logger.warning(
+            "%s: position %d is %s [%d, %d]: reset to %d (%s)", *_describe(report), decision.to, report.policy
+        )
+        if self._core.publish_reset(grant, decision.to) and self._on_reset is not None:
+            self._call(self._on_reset, report)
+        return None
+
     def _fetch(self, grant: Grant, readers: dict[TopicPartition, LogReader]) -> None:
         """Do one granted read (no lock held: the log is read while poll() and the other fetchers go on)."""
         tp = grant.state.tp
@@ -489,11 +568,15 @@ class FetchManager:
                 records = [ConsumerRecord(topic, partition, *record) for record in got]
             elif grant.check_range:
                 _check_range(reader, grant.offset)
-        except LogError as exc:
+        except LogError as exc:  # OffsetOutOfRangeError among them: the reset policy's, below
             error = exc
         except Exception as exc:
             logger.exception("unexpected error reading %s", tp)
             error = exc
+        if isinstance(error, OffsetOutOfRangeError):
+            error = self._reset(grant, readers[tp], error)
+            if error is None:
+                return  # settled and published
         if error is not None:
             failed_reader = readers.pop(tp, None)
             if failed_reader is not None:

@@ -17,7 +17,11 @@ Contract:
   result's ``problems`` and the rest is reported as usual.
 - Lag is ``log_end - committed``.  A partition with no committed offset has lag ``log_end - log_start`` and
   ``lag_from == "log_start"`` (what a consumer starting from the beginning would have to read).  An unreadable
-  committed offset or log, or a committed offset beyond the log end (wrong data dir?), gives lag ``None``.
+  committed offset or log, or a committed offset out of the log's range, gives lag ``None``.
+- ``out_of_range`` says why a committed offset lies outside ``[log start, high water]`` (``zkcoord.offset_reset``):
+  the next consumer to fetch it applies its ``--offset-reset`` policy, or (``none``) holds it until an operator sets
+  a valid offset.  ``last_reset`` is the last such finding a consumer recorded (``resets/<t>/<p>``): where the
+  position was, where it was moved (``to`` None: held), the policy and when.
 
 The state shown to users (:class:`GroupStatus`) is derived: ``empty`` if no member is registered, else ``unknown``
 if the group never rebalanced (no readable ``state``), else ``failed``, ``rebalancing`` (phase stopping/starting) or
@@ -37,7 +41,8 @@ from typing import Any, Literal, TypeVar
 from zkcoord import paths
 from zkcoord.errors import CodecError, InvalidNameError, LogError, NoNodeError, ZkCoordError
 from zkcoord.names import MAX_PARTITIONS, validate_group, validate_topic
-from zkcoord.partlog import log_offsets
+from zkcoord.offset_reset import ResetRecord, out_of_range
+from zkcoord.partlog import PartitionReader
 from zkcoord.zk import Stat, ZkClient, translate
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, decode_int, decode_owner
 
@@ -123,9 +128,23 @@ class PartitionView:
     log_end: int | None
     lag: int | None
     lag_from: Literal["committed", "log_start"] | None
+    out_of_range: str | None = None
+    last_reset: ResetRecord | None = None
+    high_water: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.last_reset is not None:
+            reset = self.last_reset
+            out["last_reset"] = {
+                "from": reset.from_offset,
+                "to": reset.to,
+                "policy": reset.policy,
+                "reason": reset.reason,
+                "consumer": reset.consumer,
+                "at_ms": reset.at_ms,
+            }
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +280,8 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     ids_root, owners_root, offsets_root = paths.group_ids(group), _owners_root(group), _offsets_root(group)
     state_path = paths.group_state(group)
 
-    # Round trip 1: the group node and its children ids/, state, owners/, offsets/.
-    exists, ids, state_raw, owner_topic_names, offset_topic_names = _read_all(
+    # Round trip 1: the group node and its children ids/, state, owners/, offsets/, resets/.
+    exists, ids, state_raw, owner_topic_names, offset_topic_names, reset_topic_names = _read_all(
         zk,
         [
             ("children", paths.group(group)),
@@ -270,6 +289,7 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
             ("get", state_path),
             ("children", owners_root),
             ("children", offsets_root),
+            ("children", paths.resets_root(group)),
         ],
     )
     if exists is None:
@@ -277,13 +297,15 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     persisted = _decode_state(state_raw, state_path, problems)
     owner_topics = _valid_topics(owner_topic_names, owners_root, problems)
     offset_topics = _valid_topics(offset_topic_names, offsets_root, problems)
+    reset_topics = _valid_topics(reset_topic_names, paths.resets_root(group), problems)
 
     # Round trip 2: member registrations, and the partitions under owners/<t> and offsets/<t>.
     ops: list[_Op] = [("get", paths.member(group, c)) for c in ids or []]
     ops += [("children", paths.owners(group, t)) for t in owner_topics]
     ops += [("children", paths.offsets(group, t)) for t in offset_topics]
+    ops += [("children", paths.resets(group, t)) for t in reset_topics]
     level2 = _read_all(zk, ops)
-    n_ids, n_own = len(ids or []), len(owner_topics)
+    n_ids, n_own, n_off = len(ids or []), len(owner_topics), len(offset_topics)
     members = _members(group, ids or [], level2[:n_ids], problems)
     owned = [
         (t, p)
@@ -292,28 +314,47 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     ]
     committed_keys = [
         (t, p)
-        for t, kids in zip(offset_topics, level2[n_ids + n_own :], strict=True)
+        for t, kids in zip(offset_topics, level2[n_ids + n_own : n_ids + n_own + n_off], strict=True)
         for p in _valid_partitions(kids, paths.offsets(group, t), problems)
+    ]
+    reset_keys = [
+        (t, p)
+        for t, kids in zip(reset_topics, level2[n_ids + n_own + n_off :], strict=True)
+        for p in _valid_partitions(kids, paths.resets(group, t), problems)
     ]
 
     # Round trip 3: owner and offset values.  A key present with None: the znode exists but is malformed.
     level3 = _read_all(
         zk,
         [("get", paths.owner(group, t, p)) for t, p in owned]
-        + [("get", paths.offset(group, t, p)) for t, p in committed_keys],
+        + [("get", paths.offset(group, t, p)) for t, p in committed_keys]
+        + [("get", paths.reset(group, t, p)) for t, p in reset_keys],
     )
     owners: dict[tuple[str, int], str | None] = {}
     for (t, p), raw in zip(owned, level3[: len(owned)], strict=True):
         if raw is not None:
             owners[(t, p)] = _decoded(decode_owner, raw[0], paths.owner(group, t, p), problems)
     offsets: dict[tuple[str, int], int | None] = {}
-    for (t, p), raw in zip(committed_keys, level3[len(owned) :], strict=True):
+    n_committed = len(owned) + len(committed_keys)
+    for (t, p), raw in zip(committed_keys, level3[len(owned) : n_committed], strict=True):
         if raw is not None:
             offsets[(t, p)] = _decoded(_decode_offset, raw[0], paths.offset(group, t, p), problems)
+    resets: dict[tuple[str, int], ResetRecord | None] = {}
+    for (t, p), raw in zip(reset_keys, level3[n_committed:], strict=True):
+        if raw is not None:
+            resets[(t, p)] = _decoded(ResetRecord.decode, raw[0], paths.reset(group, t, p), problems)
 
     live = {m.consumer_id for m in members}
     partitions = tuple(
-        _partition_view(key, owner=owners.get(key), offsets=offsets, live=live, data_dir=data_dir, problems=problems)
+        _partition_view(
+            key,
+            owner=owners.get(key),
+            offsets=offsets,
+            live=live,
+            data_dir=data_dir,
+            problems=problems,
+            last_reset=resets.get(key),
+        )
         for key in sorted(owners.keys() | offsets.keys())
     )
     changed = persisted is not None and dict(persisted.members) != {m.consumer_id: m.czxid for m in members}
@@ -367,24 +408,30 @@ def _partition_view(
     live: set[str],
     data_dir: Path,
     problems: list[str],
+    last_reset: ResetRecord | None = None,
 ) -> PartitionView:
     topic, partition = key
     committed = offsets.get(key)
+    start: int | None = None
+    end: int | None = None
+    high_water: int | None = None
     try:
-        start: int | None
-        end: int | None
-        start, end = log_offsets(data_dir, topic, partition)
+        with PartitionReader(data_dir, topic, partition) as reader:
+            start, end, high_water = reader.start_offset, reader.end_offset(), reader.high_water()
     except (LogError, OSError) as e:
         problems.append(f"cannot read the log of {topic}-{partition} in {data_dir}: {e}")
-        start = end = None
     lag: int | None = None
     lag_from: Literal["committed", "log_start"] | None = None
-    if start is not None and end is not None:
-        if committed is not None and committed <= end:
-            lag, lag_from = end - committed, "committed"
+    why: str | None = None
+    if start is not None and end is not None and high_water is not None:
+        why = None if committed is None else out_of_range(committed, start, high_water)
+        if committed is not None and why is None:
+            lag, lag_from = max(0, end - committed), "committed"
         elif committed is not None:
             problems.append(
-                f"committed offset {committed} of {topic}-{partition} is beyond the log end {end} (wrong --data-dir?)"
+                f"committed offset {committed} of {topic}-{partition} is {why} [{start}, {high_water}]: the next "
+                "consumer applies its --offset-reset policy (none: holds it until the offset is fixed; or wrong "
+                "--data-dir?)"
             )
         elif key not in offsets:  # never committed (an unreadable offset gives no lag)
             lag, lag_from = end - start, "log_start"
@@ -398,6 +445,9 @@ def _partition_view(
         log_end=end,
         lag=lag,
         lag_from=lag_from,
+        out_of_range=why,
+        last_reset=last_reset,
+        high_water=high_water,
     )
 
 

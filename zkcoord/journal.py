@@ -45,6 +45,10 @@ EVENTS: dict[str, str] = {
     "produce.batch": "records appended to one partition: topic, partition, first, last, count, bytes",
     "produce.finished": "a producer finished: topic, count, seconds, records_per_s, mb_per_s",
     "log.recovered": "a torn tail was cut off a partition log on open: topic, partition, bytes_cut",
+    "log.rewound": (
+        "a partition log ended below its high-water mark (records handed out were lost); the next record skips "
+        "past them: topic, partition, end_offset, high_water, epoch"
+    ),
     "coordinator.elected": "a broker won the coordinator election: broker, epoch, session",
     "coordinator.standby": "a broker lost the election and watches the coordinator's znode: broker",
     "coordinator.resigned": "a coordinator gave up its term: broker, epoch, reason (fenced, session lost, stopping)",
@@ -75,6 +79,10 @@ EVENTS: dict[str, str] = {
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
+    "offsets.reset": (
+        "a position was out of its log's range and the reset policy moved it (or held the partition, to null): "
+        "group, consumer, thread, topic, partition, from, to, policy, reason, log_start, high_water"
+    ),
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
     "legacy.rebalance.started": "a legacy rebalance attempt began: group, consumer, attempt, trigger",
     "legacy.rebalance.conflict": (

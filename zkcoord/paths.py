@@ -100,3 +100,16 @@ def offset(group_name: str, topic_name: str, partition: int) -> str:
 
 def group_state(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/state"
+
+
+def resets_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/resets"
+
+
+def resets(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/resets/{topic_name}"
+
+
+def reset(group_name: str, topic_name: str, partition: int) -> str:
+    """The last out-of-range position a consumer of the group found in the partition (``zkcoord.offset_reset``)."""
+    return f"{GROUPS}/{group_name}/resets/{topic_name}/{partition}"

@@ -24,6 +24,7 @@ from zkcoord.errors import CodecError, ConfigurationError, NoNodeError, TopicNot
 from zkcoord.hashing import partition_for_key
 from zkcoord.journal import Journal
 from zkcoord.partlog import PartitionWriter
+from zkcoord.partlog.writer import LogRewound
 from zkcoord.zk import Stat, ZkClient
 from zkcoord.znodes import TopicAssignment
 
@@ -140,13 +141,24 @@ class Producer:
     def _writer(self, partition: int) -> PartitionWriter:
         writer = self._writers.get(partition)
         if writer is None:
-            writer = PartitionWriter(self.data_dir, self.config.topic, partition).open()
+            writer = PartitionWriter(self.data_dir, self.config.topic, partition, on_rewind=self._rewound).open()
             if writer.recovered_bytes:
                 self.journal.emit(
                     "log.recovered", topic=self.config.topic, partition=partition, bytes_cut=writer.recovered_bytes
                 )
             self._writers[partition] = writer
         return writer
+
+    def _rewound(self, rewound: LogRewound) -> None:
+        """The writer found records lost below the log's high-water mark (under the partition lock: quick)."""
+        self.journal.emit(
+            "log.rewound",
+            topic=self.config.topic,
+            partition=int(rewound.directory.name.rsplit("-", 1)[1]),
+            end_offset=rewound.end_offset,
+            high_water=rewound.high_water,
+            epoch=rewound.epoch,
+        )
 
     def _value(self, seq: int) -> bytes:
         head = f"{self.journal.role}:{seq}:".encode()

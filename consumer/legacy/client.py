@@ -44,6 +44,7 @@ from consumer.legacy.rebalance import PartitionsCallback, Rebalancer
 from consumer.legacy.registry import LegacyRegistry
 from consumer.legacy.watches import Signals, Watches
 from consumer.records import ConsumerRecord, TopicPartition
+from consumer.resets import ResetReporter
 from consumer.shared import ConsumerMetrics
 from zkcoord.errors import ZkError
 from zkcoord.journal import Journal
@@ -106,6 +107,8 @@ class LegacyConsumer:
         # The watches need the pattern and subscription only; the registration's timestamp is not used.
         self.watches = Watches(self.zk, config.group, config.subscription.registration(0), self.signals)
         self.ownership = Ownership()
+        # No resets/ record: a zk-client group's tree is Kafka 0.8's /consumers/<group> (the event and log line stay).
+        self.resets = ResetReporter(self.journal, config.group, self.consumer_id, None, wall_ms)
         self.fetcher = FetchManager(
             config.data_dir,
             max_poll_records=config.max_poll_records,
@@ -113,6 +116,8 @@ class LegacyConsumer:
             on_started=self.events.fetch_started,
             on_stopped=self.events.fetch_stopped,
             gate=lambda: True,
+            offset_reset=config.offset_reset,
+            on_reset=self.resets.report,
         )
         self.rebalancer = Rebalancer(self, on_partitions_revoked, on_partitions_assigned)
         self.registrations = 0

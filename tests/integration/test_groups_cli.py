@@ -51,10 +51,10 @@ LOG_ENDS = {("orders", 0): 5, ("orders", 1): 10, ("orders", 2): 4, ("clicks", 0)
 OWNERS = {("orders", 0): f"{C1}-0", ("orders", 1): f"{C1}-1", ("orders", 2): f"{C2}-0"}
 COMMITTED = {("orders", 0): 3, ("orders", 1): 10, ("clicks", 0): 1}
 EXPECTED = (
-    PartitionView("clicks", 0, None, False, 1, 0, 2, 1, "committed"),
-    PartitionView("orders", 0, f"{C1}-0", True, 3, 0, 5, 2, "committed"),
-    PartitionView("orders", 1, f"{C1}-1", True, 10, 0, 10, 0, "committed"),
-    PartitionView("orders", 2, f"{C2}-0", True, None, 0, 4, 4, "log_start"),
+    PartitionView("clicks", 0, None, False, 1, 0, 2, 1, "committed", high_water=2),
+    PartitionView("orders", 0, f"{C1}-0", True, 3, 0, 5, 2, "committed", high_water=5),
+    PartitionView("orders", 1, f"{C1}-1", True, 10, 0, 10, 0, "committed", high_water=10),
+    PartitionView("orders", 2, f"{C2}-0", True, None, 0, 4, 4, "log_start", high_water=4),
 )
 
 
@@ -228,7 +228,7 @@ def test_malformed_znodes_are_problems_not_failures(zk: ZkClient, zk_hosts: str,
     zk.create(paths.offset(G, "orders", 0).rsplit("/", 1)[0] + "/x", b"1")  # not a partition number
     d = describe_group(zk, G, tmp_path)
     assert [m.registration is None for m in d.members] == [True, False, False]  # g1_evil sorts first
-    assert d.partitions[1] == PartitionView("orders", 0, f"{C1}-0", True, None, 0, 5, None, None)
+    assert d.partitions[1] == PartitionView("orders", 0, f"{C1}-0", True, None, 0, 5, None, None, high_water=5)
     assert d.partitions[2:] == EXPECTED[2:]
     assert len(d.problems) == 3
     assert any(bad_member in p and "not JSON" in p for p in d.problems)

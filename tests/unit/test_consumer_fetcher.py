@@ -112,6 +112,9 @@ class CountingReader:
     def end_offset(self) -> int:
         return self._inner.end_offset()
 
+    def high_water(self) -> int:
+        return self._inner.high_water()
+
     def close(self) -> None:
         self._inner.close()
 

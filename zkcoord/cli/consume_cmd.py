@@ -18,6 +18,7 @@ from zkcoord.cli.common import (
     stop_on_signals,
 )
 from zkcoord.errors import ConfigurationError
+from zkcoord.offset_reset import check_policy
 from zkcoord.settings import DEFAULT_ZK, default_zk
 
 
@@ -78,6 +79,16 @@ class _Status:
     show_default=True,
     help="Where a partition without a committed offset starts.",
 )
+@click.option(
+    "--offset-reset",
+    type=click.Choice(["earliest", "latest", "none"]),
+    default="earliest",
+    show_default=True,
+    help="What to do with a position outside its partition's log (a committed offset beyond the log's end or below "
+    "its start; Kafka's auto.offset.reset): move it to the log's start (earliest: re-reads, never skips) or end "
+    "(latest: skips what is there), or hold the partition and report it (none) while the others go on.  Journalled "
+    "as offsets.reset and shown by 'zkcoord group describe'.  A partition with no committed offset follows --from.",
+)
 @click.option("--print", "print_records", is_flag=True, help="Print each record: topic, partition, offset, key, value.")
 @click.option("--max-records", type=click.IntRange(1), default=None, help="Exit 0 after this many records.")
 @click.option("--auto-commit-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True)
@@ -122,6 +133,7 @@ def consume(
     threads: int,
     max_poll_records: int,
     start_from: str,
+    offset_reset: str,
     print_records: bool,
     max_records: int | None,
     auto_commit_interval: float,
@@ -152,6 +164,7 @@ def consume(
         session_timeout_s=session_timeout,
         max_poll_records=max_poll_records,
         start_from="latest" if start_from == "latest" else "earliest",
+        offset_reset=check_policy(offset_reset),
         auto_commit_interval_s=auto_commit_interval,
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,

@@ -8,6 +8,7 @@ An unknown group, an invalid name or an unreachable ZooKeeper is one ``Error: ..
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -112,6 +113,28 @@ def _print_description(d: GroupDescription) -> None:
         click.echo("(no owned or committed partitions)")
     if any(p.lag_from == "log_start" for p in d.partitions):
         click.echo("* no committed offset: lag counted from the log start")
+    _print_resets(d)
+
+
+def _print_resets(d: GroupDescription) -> None:
+    """Positions out of range now, and the last reset recorded per partition (``--offset-reset``)."""
+    lines = []
+    for p in d.partitions:
+        if p.out_of_range is not None:
+            lines.append(
+                f"{p.topic}-{p.partition}: committed offset {p.committed} is {p.out_of_range} "
+                f"[{p.log_start}, {p.high_water}]; the next consumer applies its --offset-reset policy"
+            )
+        r = p.last_reset
+        if r is not None:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at_ms / 1000))
+            moved = f"held at {r.from_offset}" if r.to is None else f"reset from {r.from_offset} to {r.to}"
+            lines.append(f"{p.topic}-{p.partition}: {moved} ({r.policy}: {r.reason}) by {r.consumer} at {when}")
+    if lines:
+        click.echo()
+        click.echo("OFFSETS OUT OF RANGE")
+        for line in lines:
+            click.echo(line)
 
 
 @group.command()

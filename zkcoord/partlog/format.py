@@ -10,7 +10,8 @@ base_offset  8     int64       offset of the first record; record ``i`` has offs
 length       4     int32       number of bytes that follow this field (batch size = ``length + 12``)
 magic        1     uint8       format version, :data:`MAGIC`
 crc          4     uint32      CRC-32C (Castagnoli) of every byte of the batch except this field
-attributes   2     uint16      bit 0: all records carry ``first_timestamp`` (timestamps column omitted)
+attributes   2     uint16      bit 0: all records carry ``first_timestamp`` (timestamps column omitted);
+                               bit 1: the batch follows a gap (its base offset is above the previous batch's end)
 count        4     int32       number of records, >= 1
 first_ts     8     int64       timestamp of the first record, ms since the epoch
 max_ts       8     int64       largest timestamp in the batch
@@ -60,13 +61,18 @@ LENGTH_OVERHEAD = 12
 CRC_START = 13
 CRC_END = 17
 ATTR_UNIFORM_TIMESTAMPS = 0x0001
-_KNOWN_ATTRIBUTES = ATTR_UNIFORM_TIMESTAMPS
+#: The batch's base offset may be above the offset expected at its boundary: the writer skipped offsets that a lost
+#: part of the log had handed out (``highwater.py``), so that none is used twice.  A reader that does not know this
+#: bit refuses the batch ("unknown attribute bits"), so a log with a gap is never misread by an older zkcoord.
+ATTR_AFTER_GAP = 0x0002
+_KNOWN_ATTRIBUTES = ATTR_UNIFORM_TIMESTAMPS | ATTR_AFTER_GAP
 #: Hard bound on a batch's size, so that a damaged length field cannot make a reader allocate gigabytes.
 MAX_BATCH_SIZE = 1 << 30
 #: The smallest possible batch: one record, uniform timestamps (a key length and a value length).
 MIN_BATCH_SIZE = HEADER_SIZE + 8
 _NO_KEY = -1
 _LENGTHS_OF_ONE = struct.Struct(">ii")
+_ATTRIBUTES = struct.Struct(">H")
 _INT32_MAX = (1 << 31) - 1
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -136,7 +142,9 @@ def header_problem(header: BatchHeader, expected_offset: int) -> str | None:
         else:
             problem = f"bad magic {header.magic} (expected {MAGIC})"
         return problem
-    if header.base_offset != expected_offset:
+    if header.base_offset != expected_offset and not (
+        header.attributes & ATTR_AFTER_GAP and header.base_offset > expected_offset
+    ):
         return f"base offset {header.base_offset} where {expected_offset} was expected"
     if header.attributes & ~_KNOWN_ATTRIBUTES:
         return f"unknown attribute bits {header.attributes:#06x}"
@@ -214,9 +222,13 @@ def _encode_one(key: bytes | None, value: bytes, timestamp: int) -> bytearray:
     return buf
 
 
-def seal_batch(buf: bytearray, base_offset: int) -> None:
-    """Write ``base_offset`` into an encoded batch and compute its CRC (in place)."""
+def seal_batch(buf: bytearray, base_offset: int, *, after_gap: bool = False) -> None:
+    """Write ``base_offset`` (and, ``after_gap``, the gap attribute) into an encoded batch and compute its CRC (in
+    place)."""
     struct.pack_into(">q", buf, 0, base_offset)
+    if after_gap:
+        (attributes,) = _ATTRIBUTES.unpack_from(buf, CRC_END)
+        _ATTRIBUTES.pack_into(buf, CRC_END, attributes | ATTR_AFTER_GAP)
     struct.pack_into(">I", buf, CRC_START, batch_crc(buf, 0, len(buf)))
 
 
@@ -284,7 +296,7 @@ def serve_batches(
         size = length + LENGTH_OVERHEAD
         if (
             magic != MAGIC
-            or base_offset != expected_offset
+            or (base_offset != expected_offset and not (attributes & ATTR_AFTER_GAP and base_offset > expected_offset))
             or attributes & ~_KNOWN_ATTRIBUTES
             or count < 1
             or size > end - start

@@ -8,6 +8,11 @@ explain is :class:`~zkcoord.errors.CorruptLogError`.
 To find an offset the reader picks the segment by binary search over the base offsets, then the nearest boundary
 at or before the offset among the segment's sparse index (binary search), the end of its previous read and the end
 it last saw; it then reads forward from there, never from the start of the file.
+
+Those remembered positions are valid only while the files keep every byte they had.  A writer that finds the log
+shorter than its high-water mark (complete batches lost, :mod:`zkcoord.partlog.highwater`) bumps the log's epoch
+before it appends anything; every read looks at the epoch first and, when it changed, forgets every position it
+knew (and retries once a read that met damage, in case it raced with such a writer).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from types import TracebackType
 from typing import NamedTuple, Self
 
 from zkcoord.errors import CorruptLogError, LogError, OffsetOutOfRangeError
+from zkcoord.partlog import highwater as hw
 from zkcoord.partlog.format import UNLIMITED, Record, RecordBatch
 from zkcoord.partlog.index import OffsetIndex, last_entry
 from zkcoord.partlog.layout import PathLike, index_path, list_segments, log_path, partition_dir, segment_exists
@@ -69,6 +75,8 @@ class PartitionReader:
         self._readahead: tuple[int, int, bytes] | None = None
         self._last_batch_start: _Boundary | None = None  # where the last batch served starts
         self._open = False
+        self._hw_fd: int | None = None
+        self._mark: hw.HighWater | None = None  # the high-water record as of the last read
 
     def open(self) -> Self:
         """List the segments and return the reader.  Never creates anything.
@@ -83,6 +91,9 @@ class PartitionReader:
         """Close the files.  Idempotent."""
         while self._fds:
             os.close(self._fds.popitem()[1])
+        if self._hw_fd is not None:
+            os.close(self._hw_fd)
+            self._hw_fd = None
         self._open = False
 
     def __enter__(self) -> Self:
@@ -114,6 +125,21 @@ class PartitionReader:
         """
         self._collect(_NO_OFFSET, _NO_OFFSET)
         return self._tail.offset if self._tail else self.start_offset
+
+    def high_water(self) -> int:
+        """The offset the next record appended will get at least: :meth:`end_offset`, or the high-water mark the
+        writers recorded if that is higher (the log lost records that had been handed out, and the next append
+        skips past them).  A position at or below this is not out of range: records will come from it on.
+
+        :raises CorruptLogError: see :meth:`read_batches`.
+        """
+        end = self.end_offset()
+        return max(end, self._mark.offset) if self._mark is not None else end
+
+    @property
+    def epoch(self) -> int:
+        """The log's rewind epoch as of the last read (0 if it never lost data, or has no high-water file)."""
+        return self._mark.epoch if self._mark is not None else 0
 
     def read_batches(self, offset: int, max_bytes: int = DEFAULT_MAX_BYTES) -> list[RecordBatch]:
         """Return the verified batches from the one holding ``offset`` on, up to ``max_bytes`` of them.
@@ -158,6 +184,35 @@ class PartitionReader:
 
         ``offset == _NO_OFFSET`` walks from the last known end to the end of the log and returns nothing.
         """
+        self._refresh_mark()
+        try:
+            return self._collect_once(offset, max_bytes, max_records, first_chunk)
+        except CorruptLogError:
+            if not self._refresh_mark():
+                raise
+            # The log was rewound while we read (a writer cut lost records and appended in their place): what we
+            # met was our stale idea of the files, not damage.  Once more, from fresh positions.
+            return self._collect_once(offset, max_bytes, max_records, first_chunk)
+
+    def _refresh_mark(self) -> bool:
+        """Read the high-water record; if the epoch changed, forget every position known.  Whether it changed."""
+        if self._hw_fd is None:
+            self._hw_fd = hw.open_for_reading(self.directory)
+            if self._hw_fd is None:
+                return False
+        mark = hw.read(self._hw_fd, hw.path(self.directory))
+        changed = mark is not None and mark.epoch != self.epoch
+        if mark is not None:
+            self._mark = mark
+        if changed:
+            logger.info("%s was rewound (epoch %d): reading from fresh positions", self.directory, self.epoch)
+            self._resume = self._tail = self._last_batch_start = None
+            self._readahead = None
+            self._indexes.clear()
+            self._relist()
+        return changed
+
+    def _collect_once(self, offset: int, max_bytes: int, max_records: int, first_chunk: int) -> list[RecordBatch]:
         located = self._locate(offset)
         if located is None:
             return []

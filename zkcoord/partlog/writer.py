@@ -13,6 +13,10 @@ Concurrency model (see ``docs/partition-log.md``):
   verifies from the last index entry that checks out to the end of the last segment) or while catching up.
   Every cut is logged as a warning, appended to :attr:`PartitionWriter.truncations` and passed to
   ``on_truncation``, so a producer can journal it.
+* Offsets are never used twice.  After every append the writer records the log's end in the partition's
+  high-water file (:mod:`zkcoord.partlog.highwater`).  A writer that finds the log ending below that mark (complete
+  batches lost: a damaged disk, a machine crash, a person) bumps the file's epoch, reports a :class:`LogRewound`
+  (``on_rewind``), and gives its next batch the mark as base offset, flagged as following a gap.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from zkcoord.errors import CorruptLogError, LogError, LogLockedError
+from zkcoord.partlog import highwater as hw
 from zkcoord.partlog import index as idx
 from zkcoord.partlog.config import BatchItem, WriterConfig, wall_clock_ms
 from zkcoord.partlog.format import RecordTooLargeError, encode_batch, seal_batch
@@ -51,6 +58,18 @@ from zkcoord.partlog.recovery import (
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class LogRewound:
+    """A writer found the log ending at ``end_offset``, below the high-water mark ``high_water`` that earlier appends
+    recorded: offsets ``[end_offset, high_water)`` were handed out and their records are gone.  The next record gets
+    ``high_water`` (never one of those offsets again); ``epoch`` is the log's new rewind epoch."""
+
+    directory: Path
+    end_offset: int
+    high_water: int
+    epoch: int
+
+
 class PartitionWriter:
     """Appends records to one partition's log.
 
@@ -65,6 +84,8 @@ class PartitionWriter:
 
     :param clock: milliseconds since the epoch, for records appended without a timestamp.
     :param on_truncation: called (holding the partition lock; keep it short) for every torn tail cut.
+    :param on_rewind: called (holding the partition lock; keep it short) when the log is found shorter than its
+        high-water mark (:class:`LogRewound`).
     """
 
     def __init__(
@@ -76,6 +97,7 @@ class PartitionWriter:
         config: WriterConfig | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         on_truncation: Callable[[TailTruncation], None] | None = None,
+        on_rewind: Callable[[LogRewound], None] | None = None,
     ) -> None:
         self.directory = partition_dir(data_dir, topic, partition)
         self._directory_name = str(self.directory)
@@ -86,6 +108,11 @@ class PartitionWriter:
         self._on_truncation = on_truncation
         #: Every tail cut this writer made, oldest first.
         self.truncations: list[TailTruncation] = []
+        self._on_rewind = on_rewind
+        #: Every rewind this writer found, oldest first.
+        self.rewinds: list[LogRewound] = []
+        self._hw_fd: int | None = None
+        self._mark = hw.NONE  # the high-water mark and epoch as this writer last knew them
         self._mutex = threading.Lock()
         self._lock_fd: int | None = None
         self._active: ActiveSegment | None = None
@@ -121,8 +148,11 @@ class PartitionWriter:
                     self._start_offset = segments[0]
                     if len(segments) > 1:
                         refuse_older_format(self.directory, segments[0])
+                    self._hw_fd = os.open(hw.path(self.directory), os.O_RDWR | os.O_CREAT, 0o644)
+                    self._mark = hw.read(self._hw_fd, hw.path(self.directory)) or hw.NONE
                     self._switch_to(segments[-1])
                     self._follow_rolls()
+                    self._check_rewound()
                 except OSError as e:
                     raise LogError(f"cannot recover partition log {self.directory}: {e}") from e
                 finally:
@@ -130,6 +160,7 @@ class PartitionWriter:
                         fcntl.flock(lock_fd, fcntl.LOCK_UN)
             except BaseException:
                 self._close_active()
+                self._close_high_water()
                 os.close(lock_fd)  # also releases an exclusive lock
                 raise
             self._lock_fd = lock_fd
@@ -148,6 +179,7 @@ class PartitionWriter:
         """Close the files (and release an exclusive lock).  Idempotent.  Does not fsync: see :meth:`flush`."""
         with self._mutex:
             self._close_active()
+            self._close_high_water()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -167,8 +199,9 @@ class PartitionWriter:
 
     @property
     def end_offset(self) -> int:
-        """The offset the next record appended by *this* writer would get if no one else appends first."""
-        return self._active.end_offset if self._active else 0
+        """The offset the next record appended by *this* writer would get if no one else appends first (past a
+        gap, if the log lost records: see :class:`LogRewound`)."""
+        return max(self._active.end_offset, self._mark.offset) if self._active else 0
 
     @property
     def start_offset(self) -> int:
@@ -229,9 +262,11 @@ class PartitionWriter:
             active = current
             if active.size > 0 and active.size + len(buf) > self.config.segment_bytes:
                 active = self._roll()
-            base = active.end_offset
-            seal_batch(buf, base)
+            # Past offsets that a lost part of the log handed out (a gap), never over them again.
+            base = max(active.end_offset, self._mark.offset)
+            seal_batch(buf, base, after_gap=base > active.end_offset)
             self._write_batch(active, buf, base, len(values))
+            self._set_mark(hw.HighWater(active.end_offset, self._mark.epoch, self._mark.lost))
         return base, base + len(values) - 1
 
     def _write_batch(self, active: ActiveSegment, buf: bytearray, base: int, count: int) -> None:
@@ -292,6 +327,7 @@ class PartitionWriter:
                 expected, entries = rebuild_closed_segment(self.directory, base, self.config.index_interval_bytes)
                 total += entries
             total += idx.entry_count(self._switch_to(current.base, rebuild=True).index_fd)
+            self._check_rewound()
         return total
 
     # --- internals (all called holding self._mutex and the partition lock) ------------------------------------
@@ -315,9 +351,31 @@ class PartitionWriter:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _catch_up(self) -> None:
-        """Notice appends by other processes since our last one, verifying only the new bytes."""
+        """Notice appends by other processes since our last one, verifying only the new bytes; notice a log that
+        lost data (another writer's rewind, a segment file deleted under us)."""
         active = self._require_active()
-        size = os.fstat(active.log_fd).st_size
+        stat = os.fstat(active.log_fd)
+        size = stat.st_size
+        # Another writer can only have moved the mark by appending or cutting (the size changed) or by recovering a
+        # file deleted under us (nlink 0): otherwise the mark is ours, and the read is saved.
+        changed = size != active.size or stat.st_nlink == 0
+        mark = hw.read(self._hw_fd, hw.path(self.directory)) if changed and self._hw_fd is not None else None
+        if mark is not None and (mark.epoch != self._mark.epoch or mark.offset > self._mark.offset):
+            rewound_elsewhere = mark.epoch != self._mark.epoch
+            self._mark = mark if mark.epoch >= self._mark.epoch else self._mark._replace(offset=mark.offset)
+            if rewound_elsewhere:
+                # Another writer found the log shorter than it was: what we verified may be gone.  Start over.
+                self._switch_to(active.base)
+                self._follow_rolls()
+                return
+        if stat.st_nlink == 0:
+            # Our segment file was deleted: appending to it would write where no reader looks.
+            logger.warning("%s was deleted; recovering the partition again", active.log_path)
+            segments = list_segments(self.directory)
+            self._switch_to(segments[-1] if segments else active.base)
+            self._follow_rolls()
+            self._check_rewound()
+            return
         if size > active.size:
             self._recover(active, active.size, active.end_offset)
         elif size < active.size:
@@ -325,6 +383,7 @@ class PartitionWriter:
             logger.warning("%s shrank from %d to %d bytes; recovering it again", active.log_path, active.size, size)
             self._switch_to(active.base)
         self._follow_rolls()
+        self._check_rewound()
 
     def _follow_rolls(self) -> None:
         """Move on to the segments that other writers rolled to (each starts at the previous one's end)."""
@@ -387,6 +446,48 @@ class PartitionWriter:
                 except Exception:
                     # A user callback must not fail the append or the open that found the torn tail.
                     logger.exception("on_truncation callback failed for %s", cut)
+
+    def _check_rewound(self) -> None:
+        """If the log ends below the high-water mark, records that were handed out are gone: bump the epoch (so
+        readers drop what they knew of positions) and report it.  The next append skips to the mark."""
+        active = self._require_active()
+        if active.end_offset >= self._mark.offset or active.end_offset == self._mark.lost:
+            return  # nothing lost, or this very loss was found (and the epoch bumped) already
+        rewound = LogRewound(self.directory, active.end_offset, self._mark.offset, self._mark.epoch + 1)
+        self._set_mark(hw.HighWater(self._mark.offset, rewound.epoch, active.end_offset))
+        logger.warning(
+            "%s ends at offset %d, below its high-water mark %d: records %d..%d were lost; the next record gets "
+            "offset %d (epoch %d)",
+            self.directory,
+            rewound.end_offset,
+            rewound.high_water,
+            rewound.end_offset,
+            rewound.high_water - 1,
+            rewound.high_water,
+            rewound.epoch,
+        )
+        self.rewinds.append(rewound)
+        if self._on_rewind is not None:
+            try:
+                self._on_rewind(rewound)
+            except Exception:
+                logger.exception("on_rewind callback failed for %s", rewound)
+
+    def _set_mark(self, mark: hw.HighWater) -> None:
+        self._mark = mark
+        if self._hw_fd is None:
+            return
+        try:
+            hw.write(self._hw_fd, mark)
+        except OSError:
+            # The batch is in the log; failing the append would make the producer send it twice.  A stale mark
+            # only weakens the rewind check until the next append writes it again.
+            logger.warning("could not write the high-water mark of %s", self.directory, exc_info=True)
+
+    def _close_high_water(self) -> None:
+        if self._hw_fd is not None:
+            os.close(self._hw_fd)
+            self._hw_fd = None
 
     def _require_active(self) -> ActiveSegment:
         if self._active is None:
