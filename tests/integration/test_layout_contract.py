@@ -8,7 +8,7 @@ consumer (commands are otherwise deleted within milliseconds), and walks the who
 * every znode matches one documented path (the most specific one, literal names before ``<placeholders>``);
 * a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
   ``persistent-sequential`` one has none and ends in ZooKeeper's 10-digit sequence number;
-* every documented leaf was seen (so a path the code stopped writing cannot linger in the document).
+* every documented leaf was seen (a committed offset beyond the log's end makes a consumer write its reset record) (so a path the code stopped writing cannot linger in the document).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from zkcoord import paths
 from zkcoord.procs import wait_until
 from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient
+from zkcoord.znodes import encode_int
 
 pytestmark = pytest.mark.integration
 
@@ -131,12 +132,15 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.consumer("old", "t", extra=("--protocol", "zk-client"))
     run.consumer("mig", "t", extra=("--protocol", "zk-client"))
     run.consumer("mig", "t", extra=("--migrating",))
+    # A committed offset beyond the log's end: the consumer resets it and records the reset under resets/.
+    run.zk.create(paths.offset("reset", "t", 0), encode_int(999_999_999), makepath=True)
+    run.consumer("reset", "t")
     paused = run.consumer("eager", "t")
     run.wait_members("eager", 2)
     run.wait_members("incr", 1)
     run.wait_members("mig", 1)
     assert producer.wait(60) == 0
-    for group in ("eager", "incr", "old", "mig"):
+    for group in ("eager", "incr", "old", "mig", "reset"):
         run.wait_consumed_all(group, {"t"})
 
     # A paused member cannot acknowledge, so the stop-fetcher of the next rebalance stays in its channel.
