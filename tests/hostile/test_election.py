@@ -369,3 +369,29 @@ def test_real_brokers_and_consumers_recover_from_faults_in_turn(zk_hosts: str, t
         for consumer in {e.fields["consumer"] for e in applied}:
             seen = [e.fields["epoch"] for e in applied if e.fields["consumer"] == consumer]
             assert seen == sorted(seen)
+
+
+# --- the one state only a person can leave ------------------------------------------------------------------------
+
+
+def test_an_epoch_at_the_largest_value_stops_elections_and_says_so(zk_hosts: str, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
+        cluster.broker(1)
+        wait_until(lambda: cluster.acting() == [1], 10, "broker 1 coordinating")
+        TopicAdmin(cluster.admin_zk).create(TOPIC, 2)
+        member = cluster.consumer(GROUP, {TOPIC: 1})
+        cluster.wait_stable(GROUP, 1)
+        member.wait_for(lambda c: c.fetching)
+        # Valid (a Java long), so taken as the highest epoch on record: no next epoch exists.
+        cluster.admin_zk.set(paths.COORDINATOR_EPOCH, str(2**63 - 1).encode())
+        TopicAdmin(cluster.admin_zk).alter(TOPIC, 3)  # a write: the coordinator is fenced and hands back
+
+        def said() -> list[JournalEvent]:
+            return [e for e in cluster.events("input.rejected") if "largest" in e.fields["reason"]]
+
+        wait_until(lambda: bool(said()), 10, "the broker to say that no epoch is left")
+        assert cluster.acting() == []
+        assert cluster.admin_zk.exists(paths.COORDINATOR) is None
+        assert cluster.brokers[1].registered.is_set(), "the broker must keep running"
+        assert member.fetching and member.owned == {TOPIC: {0: f"{member.consumer_id}-0", 1: f"{member.consumer_id}-0"}}

@@ -21,7 +21,7 @@ returns False, which ends the kazoo watch.
 Roles (:class:`Role`)::
 
     FOLLOWER --won the election--> COORDINATOR --fenced | session lost | stop()--> FOLLOWER / STOPPED
-       ^  \\--coordinator znode deleted / new session--> (try the election again)
+       ^  \\--coordinator znode gone or left over (seat.py) / new session--> (try the election again)
 """
 
 from __future__ import annotations
