@@ -90,6 +90,11 @@ class FencedError(ZkError):
     """A fenced write failed its epoch or generation check: the writer has been superseded and must stop acting."""
 
 
+class EpochExhaustedError(ZkCoordError):
+    """The coordinator epoch on record is the largest there can be: no new term can be elected (a person must
+    decide: only a hand-written epoch gets there)."""
+
+
 # --- domain ------------------------------------------------------------------------------------------------------
 
 

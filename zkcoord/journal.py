@@ -53,6 +53,9 @@ EVENTS: dict[str, str] = {
     "coordinator.standby": "a broker lost the election and watches the coordinator's znode: broker",
     "coordinator.resigned": "a coordinator gave up its term: broker, epoch, reason (fenced, session lost, stopping)",
     "coordinator.metrics": "periodic coordinator counters: rebalances, latency percentiles, groups by state",
+    "coordinator.node_removed": "a broker deleted a left-over coordinator znode: broker, kind, owner, version, data",
+    "coordinator.epoch_repaired": "the epoch znode was untrustworthy; the highest epoch on record was taken: found, "
+    "version, known, recorded, epoch",
     "rebalance.requested": "a group was queued for a rebalance: group, trigger",
     "rebalance.skipped": "the necessity check found nothing to do: group, reason, trigger",
     "rebalance.started": "an attempt began: group, generation, epoch, attempt, trigger, reason, members, partitions",

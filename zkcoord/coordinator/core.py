@@ -21,7 +21,7 @@ returns False, which ends the kazoo watch.
 Roles (:class:`Role`)::
 
     FOLLOWER --won the election--> COORDINATOR --fenced | session lost | stop()--> FOLLOWER / STOPPED
-       ^  \\--coordinator znode deleted / new session--> (try the election again)
+       ^  \\--coordinator znode gone or left over (seat.py) / new session--> (try the election again)
 """
 
 from __future__ import annotations
@@ -42,11 +42,12 @@ from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.attempt import Begun
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.election import Fence, Term, try_elect
+from zkcoord.coordinator.election import Fence, Term
 from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
+from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.snapshot import Listing, read_groups
-from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkCoordError, ZkError
+from zkcoord.errors import CodecError, EpochExhaustedError, FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
@@ -92,6 +93,7 @@ class Coordinator:
         self.rebalancer: Rebalancer | None = None
         self.elected = threading.Event()
         self._zk: ZkClient | None = None
+        self._seat: Seat | None = None
         self._journal = Journal(None, "coordinator")
         self._events: queue.Queue[_Event] = queue.Queue()
         self._worker: threading.Thread | None = None
@@ -118,6 +120,7 @@ class Coordinator:
     def start(self, zk: ZkClient, journal: Journal) -> None:
         self._zk = zk
         self._journal = journal
+        self._seat = Seat(zk, self.broker_id, journal)
         zk.add_listener(lambda state: self._events.put(_Event("state", data=state)))
         # The watch first: the worker's first election attempt then happens with it in place, so a broker that
         # journals coordinator.standby is sure to hear of the coordinator's end.
@@ -139,9 +142,9 @@ class Coordinator:
 
     # --- callbacks (kazoo threads: enqueue only) ------------------------------------------------------------------
 
-    def _on_coordinator_node(self, data: bytes | None, _stat: Stat | None) -> None:
-        if data is None:
-            self._events.put(_Event("elect"))
+    def _on_coordinator_node(self, data: bytes | None, stat: Stat | None) -> None:
+        # Every change, not only a deletion: a node replaced in one transaction is never seen absent (seat.py).
+        self._events.put(_Event("seat", data=(data, stat)))
 
     def _watch_children(self, kind: str, path: str, group: str = "", name: str = "") -> None:
         term = self._term_no
@@ -212,7 +215,7 @@ class Coordinator:
                 action(event)
         except FencedError as e:
             self._resign(f"fenced: {e}")
-            self._schedule(0.0, self._elect)
+            self._schedule(0.0, self._elect)  # which hands back our node if it is still there (seat.py)
         except ZkError as e:
             # Connection trouble mid-step: the state listener drives recovery.  The event is handled again a
             # little later (dropped then if its term has ended), so no watch notification is lost; groups still
@@ -240,6 +243,9 @@ class Coordinator:
             return
         if event.kind == "elect":
             self._elect()
+            return
+        if event.kind == "seat":
+            self._on_seat(*event.data)
             return
         if self.role is not Role.COORDINATOR or event.term != self._term_no:
             return  # an event of an earlier term, or while following
@@ -290,11 +296,24 @@ class Coordinator:
             if self.role is Role.FOLLOWER:
                 self._elect()
 
+    def _on_seat(self, data: bytes | None, stat: Stat | None) -> None:
+        """The coordinator znode changed: resign if our term's node was tampered with, elect if it has no holder."""
+        assert self._seat is not None  # noqa: S101 (set by start, before the watch)
+        verdict = self._seat.judge(self.term if self.role is Role.COORDINATOR else None, data, stat)
+        if verdict is Verdict.RESIGN:
+            self._resign("fenced: /consumers/coordinator was changed or replaced by hand")
+        if verdict is not Verdict.NOTHING:
+            self._elect()
+
     def _elect(self) -> None:
-        if self.role is not Role.FOLLOWER or self._suspended:
+        """Try the election (worker); a node left by our own ended term, or a persistent one, is deleted first."""
+        if self.role is not Role.FOLLOWER or self._suspended or self._seat is None:
             return
         try:
-            term = try_elect(self.zk, self.broker_id, self._journal, self.wall_ms())
+            term = self._seat.take(self.wall_ms())
+        except EpochExhaustedError as e:  # only a person can decide: say so, and wait for the next change
+            self._journal.emit("input.rejected", what="coordinator epoch", path=paths.COORDINATOR_EPOCH, reason=str(e))
+            return
         except (ZkError, CodecError) as e:
             log.warning("coordinator %d: election attempt failed: %s; retrying", self.broker_id, e)
             self._schedule(0.5, self._elect)
@@ -336,21 +355,9 @@ class Coordinator:
         zk = self.zk
         zk.sync(paths.CONSUMERS)
         for path in paths.COMMON_PATHS:
-            self._ensure(fence, path)
+            fence.ensure(path)
         self._watch_children("topics", paths.BROKER_TOPICS)
         self._watch_children("groups", paths.GROUPS)
-
-    def _ensure(self, fence: Fence, path: str) -> None:
-        """Create an empty persistent node if missing, as a fenced write (every coordinator write is fenced)."""
-        if self.zk.exists(path) is not None:
-            return
-        parent = path.rsplit("/", 1)[0]
-        if parent and self.zk.exists(parent) is None:
-            self._ensure(fence, parent)
-        txn = fence.transaction()
-        txn.create(path)
-        with contextlib.suppress(NodeExistsError):
-            fence.commit(txn)
 
     def _resign(self, reason: str) -> None:
         if self.role is not Role.COORDINATOR:
@@ -455,7 +462,7 @@ class Coordinator:
         fence = self.rebalancer.writer.fence if self.rebalancer else None
         if missing and fence is not None:
             for group in missing:
-                self._ensure(fence, paths.group_ids(group))
+                fence.ensure(paths.group_ids(group))
             again = self.zk.children_stat_many([paths.group_ids(g) for g in missing], watch=watch)
             out.update((g, (c[0], c[1].cversion)) for g, c in zip(missing, again, strict=True) if c is not None)
         # Only a listing made under an armed watch stands for the group's members until the watch fires.
@@ -575,14 +582,7 @@ class Coordinator:
     def _emit_metrics(self) -> None:
         if self.rebalancer is None:
             return
-        by_state: dict[str, int] = {}
-        for state in self.rebalancer.group_state.values():
-            by_state[state] = by_state.get(state, 0) + 1
-        self._journal.emit(
-            "coordinator.metrics",
-            epoch=self.term.epoch if self.term else None,
-            **self.rebalancer.metrics.snapshot(by_state),
-        )
+        self._journal.emit("coordinator.metrics", epoch=self.term.epoch if self.term else None, **self.metrics())
         self._schedule(self.config.metrics_interval_s, self._emit_metrics)
 
     # --- introspection (any thread; for tests and the CLI) -------------------------------------------------------
