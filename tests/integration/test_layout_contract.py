@@ -8,7 +8,8 @@ consumer (commands are otherwise deleted within milliseconds), and walks the who
 * every znode matches one documented path (the most specific one, literal names before ``<placeholders>``);
 * a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
   ``persistent-sequential`` one has none and ends in ZooKeeper's 10-digit sequence number;
-* every documented leaf was seen (a committed offset beyond the log's end makes a consumer write its reset record) (so a path the code stopped writing cannot linger in the document).
+* every documented leaf was seen, so a path the code stopped writing cannot linger in the document (a committed
+  offset beyond the log's end makes a consumer write its reset record).
 """
 
 from __future__ import annotations
