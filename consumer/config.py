@@ -14,6 +14,7 @@ from typing import Literal
 from zkcoord.errors import ConfigurationError
 from zkcoord.legacy_paths import check_group
 from zkcoord.names import validate_group, validate_topic
+from zkcoord.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
 from zkcoord.znodes import MAX_THREADS, MemberRegistration, Pattern
 
 StartFrom = Literal["earliest", "latest"]
@@ -88,6 +89,8 @@ class ConsumerConfig:
     :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
         (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
         moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
+    :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
+        ``docs/consumer.md``, "Stopping").
     """
 
     group: str
@@ -104,6 +107,7 @@ class ConsumerConfig:
     unsafe_no_fencing: bool = False
     migrating: bool = False
     rebalance: Rebalance = "eager"
+    shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -123,6 +127,7 @@ class ConsumerConfig:
             raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
         if self.rebalance not in ("eager", "incremental"):
             raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
+        validate_timeout(self.shutdown_timeout_s)
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):
