@@ -194,3 +194,27 @@ def test_the_coordinating_broker_stops_within_its_deadline_while_zookeeper_is_ou
     for c in consumers:
         c.signal(signal.SIGTERM)
         assert c.wait(10) == EXIT_CLEAN, c.tail(3)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_exits_at_once(run: Run, server: ZkServer, signum: signal.Signals) -> None:
+    """An operator who will not wait for the stop's deadline: the second signal ends the process at once, with
+    128 + the signal's number."""
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 2)
+    victim = _consumer(run, "eager", shutdown=30.0)
+    wait_until(lambda: len(_events(run, victim.pid, "fetch.started")) == 2, 30, "the victim fetching")
+
+    def stopping() -> bool:  # the first signal was handled
+        return "consumer: stopping (within 30 s" in victim.log_path.read_text(errors="replace")
+
+    with Outage(server, "stopped"):
+        victim.signal(signum)
+        wait_until(stopping, 10, "the stop to begin")
+        began = time.monotonic()
+        victim.signal(signum)
+        status = victim.wait(10)
+        took = time.monotonic() - began
+    assert status == 128 + signum, victim.tail(3)
+    assert took < 1.0, f"took {took:.2f} s after the second signal"
+    assert "second signal, exiting now" in victim.tail(2)

@@ -89,16 +89,21 @@ class SignalStop:
             # have interrupted a thread holding any of them).
             os.write(2, f"{self.name}: second signal, exiting now\n".encode())
             os._exit(EXIT_SIGNAL_BASE + signum)
-        self.begin()
+        self._start()
         self.requested.set()
 
-    def begin(self) -> StopBudget:
-        """The stop's budget, started now unless a signal started it already (a command that ends by itself, as
-        ``consume --max-records``, stops within the same timeout)."""
+    def _start(self) -> StopBudget:
         if self.budget is None:
             self.budget = StopBudget.start(self.timeout_s)
         self._stopping.set()
         return self.budget
+
+    def begin(self) -> StopBudget:
+        """The stop's budget (started by the signal, or now: a command that ends by itself, as ``consume
+        --max-records``, stops within the same timeout); says on stderr that the stop began.  Main thread."""
+        budget = self._start()
+        click.echo(f"{self.name}: stopping (within {self.timeout_s:g} s; a second signal exits at once)", err=True)
+        return budget
 
     def finish(self, report: StopReport) -> int:
         """Say what the stop skipped (one line on stderr; the event was journalled by whoever stopped) and return the
