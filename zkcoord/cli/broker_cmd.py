@@ -100,4 +100,4 @@ def broker(
         journal.emit("process.stopped", reason="signal")
         journal.close()
     click.echo(f"broker {broker_id} stopped", err=True)
-    click.get_current_context().exit(code)
+    stop.exit(code)

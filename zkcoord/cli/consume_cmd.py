@@ -195,4 +195,4 @@ def consume(
         journal.emit("process.stopped", reason="signal" if stop.requested.is_set() else "done")
         journal.close()
     click.echo(f"consumer {consumer.consumer_id} left group {group} after {total} records", err=True)
-    click.get_current_context().exit(code)
+    stop.exit(code)

@@ -21,12 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from zkcoord.journal import Journal
 from zkcoord.shutdown import (
+    EXIT_CLEAN,
     EXIT_INCOMPLETE,
     EXIT_SIGNAL_BASE,
     MAX_TIMEOUT_S,
@@ -114,6 +115,16 @@ class SignalStop:
         if not report.complete:
             click.echo(f"Warning: {self.name}: {report.summary(self.timeout_s)}", err=True)
         return report.exit_code
+
+    def exit(self, code: int) -> NoReturn:
+        """End the command with ``code``.  After an incomplete stop, at once (streams flushed, the journal closed by
+        the caller): the interpreter's own teardown (a few hundred ms, with threads abandoned to a server that is
+        gone) would eat into, or past, the deadline."""
+        if code == EXIT_CLEAN:
+            click.get_current_context().exit(code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     def _watch(self) -> None:
         self._stopping.wait()
