@@ -208,7 +208,8 @@ class Consumer:
         if self._threads and self._threads[0].is_alive():  # the command thread (started first) never got to close
             report.skip(COMMIT, "the command thread was still busy at the deadline", uncommitted=self.uncommitted())
         self.fetcher.close()
-        self._deregister(report)
+        if self.registrations:
+            self._deregister(report)
         had_session = self.incarnation is not None
         if not self.zk.stop(timeout=budget.session.remaining()) and had_session:
             report.skip(SESSION, f"session {self.registered_session:#x} not closed")

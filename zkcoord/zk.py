@@ -20,6 +20,10 @@ Threads (kazoo's threading handler): one connection thread that also runs state 
 watch callbacks, one that runs completion callbacks.  Listeners and watch callbacks registered through this module
 **must not block and must not call ZooKeeper** (kazoo issues #356, #381, #405): they record a flag or put an event
 on a queue for a worker thread of the caller's own.
+
+The types callers see (``Stat``, ``ConnState``, ``WatchEvent``, ``WatchKind``) live in :mod:`zkcoord.zk_types` and
+are re-exported here.  A stopping process bounds every call with :meth:`ZkClient.bound` and closes the session with
+``stop(timeout)`` (:mod:`zkcoord.shutdown`): kazoo itself would wait forever for a server that refuses connections.
 """
 
 from __future__ import annotations

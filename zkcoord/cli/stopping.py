@@ -81,9 +81,6 @@ class SignalStop:
         self._journal = journal
         self._who = dict(who)
 
-    def identify(self, **who: object) -> None:
-        self._who.update(who)
-
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.requested.is_set():
             # A second signal: the operator will not wait.  os.write and os._exit only (no locks: this handler may
