@@ -17,6 +17,10 @@ Threads (nothing starts before :meth:`Consumer.start`):
 * fetcher threads (:class:`consumer.fetcher.FetchManager`);
 * kazoo's threads, whose callbacks only enqueue.
 
+Stopping (:meth:`Consumer.close`) is bounded by ``config.shutdown_timeout_s`` whatever ZooKeeper does
+(:mod:`zkcoord.shutdown`): fetching stops first, then the final commit, the release and the deregistration are
+tried within the budget, then the session is closed without waiting past it.
+
 S6: records are handed out only while the lease is valid; the lease is renewed by acknowledged round trips,
 measured from when each was *sent*, and lasts half the session timeout, so a paused or cut-off consumer stops
 handing out records before the server can have expired its session and let the coordinator reassign its partitions.
@@ -24,6 +28,7 @@ handing out records before the server can have expired its session and let the c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -41,8 +46,9 @@ from consumer.records import ConsumerRecord, TopicPartition
 from consumer.resets import ResetReporter
 from consumer.shared import ConsumerMetrics
 from zkcoord import paths
-from zkcoord.errors import NodeExistsError, ZkError
+from zkcoord.errors import NodeExistsError, NoNodeError, ZkError
 from zkcoord.journal import Journal
+from zkcoord.shutdown import COMMIT, DEREGISTER, SESSION, StopBudget, StopReport
 from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
@@ -178,24 +184,61 @@ class Consumer:
             **({"migrating": True} if self.config.migrating else {}),
         )
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Commit what was consumed, stop fetching, deregister and disconnect.  Idempotent."""
+    def close(self, timeout: float | None = None, *, budget: StopBudget | None = None) -> StopReport:
+        """Stop within ``timeout`` seconds (default ``config.shutdown_timeout_s``) or ``budget``, whatever ZooKeeper
+        does, and return what could not be done (journalled as ``shutdown.incomplete`` too).  Idempotent: a second
+        call reports nothing.  Application thread; blocks until ``budget.session`` at most.
+
+        In order: nothing is read or handed out any more (at once); on the command thread, after the step it is in:
+        commit what ``poll`` returned (S3; skipped while the lease is void), release the partitions (a migrating
+        consumer's 0.8 owner znodes too), call ``on_partitions_revoked``; delete the member znode (and the 0.8
+        registration); close the session.  ZooKeeper calls end by ``budget.zookeeper``.  Skipped, a commit means
+        those records are delivered again to the partitions' next owner; a member znode left stays until the
+        session expires, and the coordinator gives the partitions away only then (this consumer fetches nothing
+        meanwhile: S2).
+        """
+        report = StopReport()
         if self._closing.is_set():
-            return
-        self._closing.set()
-        self._events.put(("close", None))
+            return report
+        budget = budget or StopBudget.start(self.config.shutdown_timeout_s if timeout is None else timeout)
+        self._closing.set()  # the fetcher's gate shuts (_may_deliver): nothing is read or handed out any more
+        self.zk.bound(budget.zookeeper)
+        self.fetcher.pause("closing")
+        self._events.put(("close", report))
         for thread in self._threads:
-            thread.join(timeout=timeout)
+            # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
+            # and the revoke callback) gets until the session deadline.
+            thread.join(timeout=budget.session.remaining())
+        if self._threads and self._threads[0].is_alive():  # the command thread (started first) never got to close
+            report.skip(COMMIT, "the command thread was still busy at the deadline", uncommitted=self.uncommitted())
         self.fetcher.close()
         self.resets.close()
+        if self.registrations:
+            self._deregister(report)
+        had_session = self.incarnation is not None
+        if not self.zk.stop(timeout=budget.session.remaining()) and had_session:
+            report.skip(SESSION, f"session {self.registered_session:#x} not closed")
+        report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
+        return report
+
+    def _deregister(self, report: StopReport) -> None:
+        """Delete the member znode (and a migrating consumer's 0.8 registration); absent already is done."""
         try:
-            self.zk.delete(paths.member(self.config.group, self.consumer_id))
+            with contextlib.suppress(NoNodeError):  # its session ended: gone with it
+                self.zk.delete(paths.member(self.config.group, self.consumer_id))
             if self.bridge is not None:
                 self.bridge.deregister()
-            self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
         except ZkError as e:
             log.info("consumer %s: deregistration skipped: %s", self.consumer_id, e)
-        self.zk.stop()
+            report.skip(DEREGISTER, e)
+            return
+        self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
+
+    def uncommitted(self, positions: Mapping[TopicPartition, int] | None = None) -> int:
+        """How many partitions' consumed positions (default: the fetcher's) differ from their committed offsets."""
+        committed = self.offsets.committed()
+        current = self.fetcher.positions() if positions is None else positions
+        return sum(1 for tp, offset in current.items() if committed.get(tp) != offset)
 
     def __enter__(self) -> Consumer:
         return self.start()
@@ -254,8 +297,8 @@ class Consumer:
 
     def _may_deliver(self) -> bool:
         """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
-        the fetcher threads before each read."""
-        return self.config.unsafe_no_fencing or self.lease.valid()
+        the fetcher threads before each read.  Shut for good once :meth:`close` began."""
+        return not self._closing.is_set() and (self.config.unsafe_no_fencing or self.lease.valid())
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
         """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment

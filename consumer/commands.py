@@ -41,6 +41,7 @@ from consumer.offsets import Claims
 from consumer.records import TopicPartition
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
+from zkcoord.shutdown import COMMIT, RELEASE, StopReport
 from zkcoord.zk import ConnState
 from zkcoord.znodes import Command, CommandOption
 
@@ -110,10 +111,7 @@ class CommandHandler:
         while True:
             kind, arg = self.c.next_event()
             if kind == "close":
-                try:
-                    self._on_close()
-                except ZkError as e:
-                    log.warning("consumer %s: closing: %s", self.c.consumer_id, e)
+                self._on_close(arg if isinstance(arg, StopReport) else StopReport())
                 return
             try:
                 self._handle(kind, arg)
@@ -160,12 +158,30 @@ class CommandHandler:
         elif kind == "register":
             self._register_again()
 
-    def _on_close(self) -> None:
-        if not self._lost and self.c.lease.valid():
-            self.commits.quietly({**self.commits.unsettled, **self.c.fetcher.positions()})
+    def _on_close(self, report: StopReport) -> None:
+        """The command thread's part of ``close``: commit what was consumed (not once the lease is void: the
+        partitions may be someone else's), stop, release; what fails goes into ``report``, never raises."""
+        positions = {**self.commits.unsettled, **self.c.fetcher.positions()}
+        why: object = None
+        if self._lost:
+            why = "session lost"
+        elif not self.c.lease.valid():
+            why = "lease expired: ZooKeeper unreachable"
+        else:
+            try:
+                self.commits.quietly(positions)
+            except ZkError as e:
+                why = e
+        if why is not None and (uncommitted := self.c.uncommitted(positions)):
+            log.warning("consumer %s: closing without the final commit: %s", self.c.consumer_id, why)
+            report.skip(COMMIT, why, uncommitted=uncommitted)
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
-        self._release()
+        try:
+            self._release()
+        except ZkError as e:
+            log.warning("consumer %s: closing: %s", self.c.consumer_id, e)
+            report.skip(RELEASE, e)
         if revoked and self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
 

@@ -16,6 +16,7 @@ from zkcoord.legacy_paths import check_group
 from zkcoord.names import validate_group, validate_topic
 from zkcoord.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
 from zkcoord.offset_reset import OffsetReset, check_policy
+from zkcoord.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
 from zkcoord.znodes import MAX_THREADS, MemberRegistration, Pattern
 
 StartFrom = Literal["earliest", "latest"]
@@ -94,6 +95,8 @@ class ConsumerConfig:
     :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
         (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
         moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
+    :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
+        ``docs/consumer.md``, "Stopping").
     """
 
     group: str
@@ -111,6 +114,7 @@ class ConsumerConfig:
     unsafe_no_fencing: bool = False
     migrating: bool = False
     rebalance: Rebalance = "eager"
+    shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -131,6 +135,7 @@ class ConsumerConfig:
         check_policy(self.offset_reset)
         if self.rebalance not in ("eager", "incremental"):
             raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
+        validate_timeout(self.shutdown_timeout_s)
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):

@@ -86,3 +86,60 @@ class Ledger:
                     if b[0] < a_end and a[2] != b[2]:
                         found.append((tp, a, b))
         return found
+
+
+def deposed_writes(journal: Path) -> list[str]:
+    """S1: ``command.sent`` by a coordinator whose epoch is below one elected before it (as the pipeline's
+    ``deposed_writes``, over the whole run)."""
+    elected = -1
+    found = []
+    for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+        if e.event == "coordinator.elected":
+            elected = max(elected, int(e.fields["epoch"]))
+        elif e.event == "command.sent" and int(e.fields["epoch"]) < elected:
+            found.append(f"{e.fields.get('consumer')}: epoch {e.fields['epoch']} sent after epoch {elected} elected")
+    return found
+
+
+def stale_applied(journal: Path) -> list[str]:
+    """S5: ``command.applied`` from an older epoch or generation than one the same consumer had applied before (as
+    the pipeline's ``stale_applied``)."""
+    seen: dict[tuple[str, str], tuple[int, int]] = {}
+    found = []
+    for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+        if e.event != "command.applied":
+            continue
+        key = (e.fields["group"], e.fields["consumer"])
+        epoch, generation = int(e.fields["epoch"]), int(e.fields["generation"])
+        top_epoch, top_generation = seen.get(key, (-1, -1))
+        if epoch < top_epoch or generation < top_generation:
+            found.append(f"{key[1]}: applied epoch {epoch} gen {generation} after {top_epoch}/{top_generation}")
+        seen[key] = (max(epoch, top_epoch), max(generation, top_generation))
+    return found
+
+
+#: Events after which a consumer's records consumed since its last commit may be consumed again (S4's exception:
+#: it ended without committing them, as a crash would).
+UNCLEAN_ENDS = ("shutdown.incomplete", "legacy.session.expired", "consumer.fenced")
+
+
+def uncommitted_tails(journal: Path, group: str) -> dict[TP, set[int]]:
+    """Per partition, the offsets some consumer of ``group`` had consumed but not committed when its stop was
+    incomplete or its session was lost (:data:`UNCLEAN_ENDS`): the only ones S4 lets be consumed twice."""
+    delivered: dict[tuple[str, TP], list[tuple[int, int]]] = {}
+    committed: dict[tuple[str, TP], int] = {}
+    tails: dict[TP, set[int]] = {}
+    for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+        f = e.fields
+        if f.get("group") != group:
+            continue
+        if e.event == "records.consumed":
+            delivered.setdefault((f["consumer"], (f["topic"], f["partition"])), []).append((f["first"], f["last"]))
+        elif e.event == "offsets.committed":
+            committed[(f["consumer"], (f["topic"], f["partition"]))] = f["offset"]
+        elif e.event in UNCLEAN_ENDS:
+            for (consumer, tp), runs in delivered.items():
+                if consumer == f["consumer"]:
+                    since = committed.get((consumer, tp), -1)
+                    tails.setdefault(tp, set()).update(o for a, b in runs for o in range(max(a, since), b + 1))
+    return tails

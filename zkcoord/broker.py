@@ -12,6 +12,10 @@ State machine (:class:`BrokerState`)::
     NEW --start()--> REGISTERED --session lost--> UNREGISTERED --re-registered--> REGISTERED
      |                  |                               |
      +--start() fails--> STOPPED <------stop()-----------+
+
+Stopping is bounded (:mod:`zkcoord.shutdown`): services first, then the registration is deleted within the
+budget's ZooKeeper phase, then the session is closed without waiting past the budget; what could not be done is
+returned as a :class:`~zkcoord.shutdown.StopReport` and journalled as ``shutdown.incomplete``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from zkcoord.errors import (
     ZkError,
 )
 from zkcoord.journal import Journal
+from zkcoord.shutdown import DEFAULT_BROKER_TIMEOUT_S, DEREGISTER, SESSION, StopBudget, StopReport, validate_timeout
 from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
 from zkcoord.znodes import BrokerRegistration
 
@@ -62,14 +67,16 @@ _LEGAL = {
 class BrokerService(Protocol):
     """Something a broker hosts on its session (the coordinator elector, for one).
 
-    ``start`` is called once the broker is registered, on the broker's worker thread; ``stop`` on shutdown.
+    ``start`` is called once the broker is registered, on the broker's worker thread; ``stop`` on shutdown, from
+    the thread stopping the broker, and must return within ``timeout`` seconds (ZooKeeper calls are bounded by then:
+    :meth:`ZkClient.bound`).
     """
 
     name: str
 
     def start(self, zk: ZkClient, journal: Journal) -> None: ...
 
-    def stop(self) -> None: ...
+    def stop(self, timeout: float = ...) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +94,15 @@ class BrokerConfig:
     #: How long start() waits for a leftover registration of the same id (a crashed predecessor whose session has
     #: not expired yet) to vanish before it decides the id belongs to a live broker.  None: the session timeout.
     takeover_wait_s: float | None = None
+    #: how long :meth:`Broker.stop` may take (``--shutdown-timeout``), whatever ZooKeeper does
+    shutdown_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if not 0 <= self.broker_id <= MAX_BROKER_ID:
             raise ConfigurationError(f"broker id must be between 0 and {MAX_BROKER_ID}, got {self.broker_id}")
         if not 1 <= self.port <= 65535:
             raise ConfigurationError(f"port must be between 1 and 65535, got {self.port}")
+        validate_timeout(self.shutdown_timeout_s)
 
     @property
     def wait_s(self) -> float:
@@ -176,24 +186,37 @@ class Broker:
             service.start(self.zk, self.journal)
         return self
 
-    def stop(self) -> None:
-        """Stop services, remove the registration (if still ours) and close the session.  Idempotent."""
+    def stop(self, budget: StopBudget | None = None) -> StopReport:
+        """Stop services, remove the registration (if still ours) and close the session, within ``budget`` (default:
+        ``config.shutdown_timeout_s`` from now).  Idempotent (a second call reports nothing).
+
+        Blocks until ``budget.session`` at most.  What could not be done (ZooKeeper unreachable) is returned and
+        journalled (``shutdown.incomplete``): the registration and the coordinator's znode then stay until the
+        session expires.
+        """
+        report = StopReport()
         if self._state is BrokerState.STOPPED:
-            return
+            return report
+        budget = budget or StopBudget.start(self.config.shutdown_timeout_s)
+        self.zk.bound(budget.zookeeper)
         for service in reversed(self.services):
-            service.stop()
+            service.stop(timeout=budget.zookeeper.remaining())
         if self._worker is not None:
             self._events.put((_STOP, None))
-            self._worker.join(timeout=10)
+            self._worker.join(timeout=budget.zookeeper.remaining())
+        session = self.zk.session_id
         try:
             if self._owns_registration():
                 self.zk.delete(self.path)
                 self.journal.emit("broker.deregistered", broker=self.config.broker_id)
         except ZkError as e:
-            # Closing the session below removes the ephemeral node anyway; say why it was not done explicitly.
-            log.warning("broker %d: could not deregister cleanly: %s", self.config.broker_id, e)
+            log.warning("broker %d: could not deregister: %s", self.config.broker_id, e)
+            report.skip(DEREGISTER, e)
         self._set_state(BrokerState.STOPPED)
-        self.zk.stop()
+        if not self.zk.stop(timeout=budget.session.remaining()):
+            report.skip(SESSION, f"session {session:#x} not closed")
+        report.journal(self.journal, budget, broker=self.config.broker_id)
+        return report
 
     def __enter__(self) -> Broker:
         return self.start()

@@ -34,7 +34,11 @@ SCHEMA_VERSION = 1
 #: test keeps in step with this table) is complete.
 EVENTS: dict[str, str] = {
     "process.started": "a process began: role, argv, version",
-    "process.stopped": "a process ended cleanly: reason",
+    "process.stopped": "a process ended by itself (not killed): reason",
+    "shutdown.incomplete": (
+        "a stop ended within its deadline but skipped steps: skipped, reason, uncommitted, timeout_s, elapsed_ms, "
+        "forced (the watchdog cut it short), and the process's broker or group and consumer"
+    ),
     "zk.state": "ZooKeeper connection state changed: state (connected|suspended|lost), session",
     "broker.registered": "a broker registered /brokers/ids/<id>: broker, host, port, session",
     "broker.deregistered": "a broker removed its registration on shutdown: broker",

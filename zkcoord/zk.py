@@ -20,6 +20,10 @@ Threads (kazoo's threading handler): one connection thread that also runs state 
 watch callbacks, one that runs completion callbacks.  Listeners and watch callbacks registered through this module
 **must not block and must not call ZooKeeper** (kazoo issues #356, #381, #405): they record a flag or put an event
 on a queue for a worker thread of the caller's own.
+
+The types callers see (``Stat``, ``ConnState``, ``WatchEvent``, ``WatchKind``) live in :mod:`zkcoord.zk_types` and
+are re-exported here.  A stopping process bounds every call with :meth:`ZkClient.bound` and closes the session with
+``stop(timeout)`` (:mod:`zkcoord.shutdown`): kazoo itself would wait forever for a server that refuses connections.
 """
 
 from __future__ import annotations
@@ -28,9 +32,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
@@ -39,8 +41,10 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from zkcoord import errors
+from zkcoord.shutdown import Deadline
 from zkcoord.zk_config import ZkAddress, ZkConfig
-from zkcoord.zk_handler import PollThreadingHandler, on_negotiated_timeout
+from zkcoord.zk_handler import PollThreadingHandler, Waiter, close_kazoo, on_negotiated_timeout
+from zkcoord.zk_types import ConnState, OneShot, Stat, WatchEvent, WatchKind
 
 log = logging.getLogger(__name__)
 
@@ -57,79 +61,10 @@ __all__ = [
 ]
 
 
-class Stat(Protocol):
-    """The znode metadata ZooKeeper returns (kazoo's ``ZnodeStat`` named tuple): the fields this project reads."""
-
-    @property
-    def version(self) -> int: ...
-    @property
-    def czxid(self) -> int: ...
-    @property
-    def mzxid(self) -> int: ...
-    @property
-    def ephemeralOwner(self) -> int: ...  # ZooKeeper's own camelCase names
-    @property
-    def numChildren(self) -> int: ...
-    @property
-    def cversion(self) -> int: ...
-    @property
-    def ctime(self) -> int: ...
-    @property
-    def mtime(self) -> int: ...
-
-
-class ConnState(Enum):
-    """The connection states callers see (kazoo's ``KazooState``, as an enum).
-
-    Legal transitions: ``LOST -> CONNECTED`` (first connect, or a new session after expiry), ``CONNECTED ->
-    SUSPENDED`` (connection lost, session maybe alive), ``SUSPENDED -> CONNECTED`` (same session resumed),
-    ``SUSPENDED -> LOST`` (the session expired meanwhile: ephemerals are gone), ``CONNECTED -> LOST`` (closed).
-    """
-
-    CONNECTED = "connected"
-    SUSPENDED = "suspended"
-    LOST = "lost"
-
-
-class WatchKind(Enum):
-    """What fired a one-shot watch (ZooKeeper's event types).  ``RESET``: the connection was lost and the watch is
-    gone without anything having changed (kazoo does not re-register raw watches): re-read and re-watch."""
-
-    CREATED = "CREATED"
-    DELETED = "DELETED"
-    CHANGED = "CHANGED"
-    CHILD = "CHILD"
-    RESET = "NONE"
-
-
-_WATCH_KINDS = {kind.value: kind for kind in WatchKind}
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One firing of a one-shot watch set by :meth:`ZkClient.children_many`: its kind and the watched path."""
-
-    kind: WatchKind
-    path: str
-
-
-@dataclass(frozen=True, slots=True)
-class _OneShot:
-    """A raw kazoo watcher for one path.  Equal for the same ``(func, path)``, so kazoo's per-path watcher set keeps
-    one of them however often the path is re-watched before it fires (one event per change, not one per re-read)."""
-
-    func: Callable[[WatchEvent], None]
-    path: str
-
-    def __call__(self, event: Any) -> None:
-        kind = _WATCH_KINDS.get(event.type, WatchKind.RESET)
-        try:
-            self.func(WatchEvent(kind, self.path))
-        except Exception:  # a raising callback must not kill kazoo's watch thread
-            log.exception("watch callback on %s failed", self.path)
-
-
 _STATE_MAP = {KazooState.CONNECTED: ConnState.CONNECTED, KazooState.SUSPENDED: ConnState.SUSPENDED}
+
+#: How often a call waiting for its reply looks whether a stop deadline was set meanwhile (:meth:`ZkClient.bound`).
+_WAIT_SLICE_S = 0.2
 
 _UNAVAILABLE = (kz.ConnectionLoss, kz.OperationTimeoutError, kz.ConnectionClosedError, KazooTimeoutError)
 
@@ -172,8 +107,9 @@ class Transaction:
     :class:`~zkcoord.errors.FencedError`.
     """
 
-    def __init__(self, client: KazooClient) -> None:
+    def __init__(self, client: KazooClient, wait: Waiter) -> None:
         self._txn = client.transaction()
+        self._wait = wait
         self._paths: list[str] = []
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> None:
@@ -210,8 +146,9 @@ class Transaction:
 
     def commit_end(self, pending: Any, timeout: float | None = None) -> list[Any]:
         """Wait for a transaction sent by :meth:`commit_begin`; same results and errors as :meth:`commit`."""
-        with translate(self._paths[0] if self._paths else None):
-            results: list[Any] = pending.get(timeout=timeout)
+        path = self._paths[0] if self._paths else None
+        with translate(path):
+            results: list[Any] = pending.get(timeout=timeout) if timeout is not None else self._wait(pending, path)
         for path, result in zip(self._paths, results, strict=True):
             # Ops before the failing one report RolledBackError, ops after it RuntimeInconsistency: the first
             # error that is neither names the op that failed.
@@ -237,6 +174,8 @@ class ZkClient:
         self.session_timeout_s = config.session_timeout_s
         self._listeners: list[Callable[[ConnState], None]] = []
         self._lock = threading.Lock()
+        #: set by :meth:`bound` when the process is stopping: no call waits past it
+        self._deadline: Deadline | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -259,13 +198,44 @@ class ZkClient:
         self._kazoo = client
         return self
 
-    def stop(self) -> None:
-        """Close the session (its ephemeral nodes vanish at once) and release the client's threads.  Idempotent."""
+    def stop(self, timeout: float | None = None) -> bool:
+        """Close the session (its ephemeral nodes vanish at once) and release the client's threads.  Idempotent.
+
+        With ``timeout``, blocks at most that long: a server that is gone or paused does not hold the caller (the
+        client is then left to finish closing on its own daemon threads).  Returns whether ZooKeeper acknowledged
+        the close, i.e. whether the session and its ephemerals are gone now (False also when not started).
+        """
         client, self._kazoo = self._kazoo, None
-        if client is not None:
-            with contextlib.suppress(kz.KazooException):
-                client.stop()
-            client.close()
+        return False if client is None else close_kazoo(client, timeout)
+
+    def bound(self, deadline: Deadline) -> None:
+        """Bound every call by ``deadline`` from now on, calls already waiting included: the process is stopping.
+
+        A call whose reply has not come by then raises :class:`ZkUnavailableError`, and a call made after it raises
+        at once without being sent.  (Unbounded, a call made while the client is reconnecting waits until it
+        reconnects: forever, if ZooKeeper is gone.)  Any thread.
+        """
+        self._deadline = deadline
+
+    def _wait(self, result: Any, path: str | None) -> Any:
+        """The reply of a request sent, or its kazoo error, waiting at most until the :meth:`bound` deadline."""
+        while not result.ready():
+            deadline = self._deadline
+            if deadline is None:
+                result.wait(_WAIT_SLICE_S)  # in slices, so a deadline set meanwhile is seen
+                continue
+            left = deadline.remaining()
+            if left <= 0:
+                raise errors.ZkUnavailableError("ZooKeeper did not answer before the stop deadline", path)
+            result.wait(min(_WAIT_SLICE_S, left))
+        return result.get(block=False)
+
+    def _send(self, path: str | None) -> KazooClient:
+        """The client to send a request with.  :raises ZkUnavailableError: the stop deadline has passed."""
+        deadline = self._deadline
+        if deadline is not None and deadline.expired():
+            raise errors.ZkUnavailableError("not sent: the stop deadline has passed", path)
+        return self.kazoo
 
     def __enter__(self) -> ZkClient:
         return self.start()
@@ -363,17 +333,17 @@ class ZkClient:
     def get(self, path: str, watch: Callable[[Any], None] | None = None) -> tuple[bytes, Stat]:
         """Data and stat of ``path``.  :raises NoNodeError: if absent."""
         with translate(path):
-            data, stat = self.kazoo.get(path, watch=watch)
+            data, stat = self._wait(self._send(path).get_async(path, watch=watch), path)
         return (data or b""), stat
 
     def get_children(self, path: str, watch: Callable[[Any], None] | None = None) -> list[str]:
         with translate(path):
-            children: list[str] = self.kazoo.get_children(path, watch=watch)
+            children: list[str] = self._wait(self._send(path).get_children_async(path, watch=watch), path)
         return children
 
     def exists(self, path: str, watch: Callable[[Any], None] | None = None) -> Stat | None:
         with translate(path):
-            stat: Stat | None = self.kazoo.exists(path, watch=watch)
+            stat: Stat | None = self._wait(self._send(path).exists_async(path, watch=watch), path)
         return stat
 
     def create(
@@ -387,28 +357,37 @@ class ZkClient:
     ) -> str:
         """Create ``path``; return the path created (with its sequence suffix for sequential nodes)."""
         with translate(path):
-            created: str = self.kazoo.create(path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
+            pending = self._send(path).create_async(
+                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+            )
+            created: str = self._wait(pending, path)
         return created
 
     def create_stat(self, path: str, value: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> Stat:
         """Create ``path`` and return its stat, in the same round trip (ZooKeeper's create2)."""
         with translate(path):
-            _, stat = self.kazoo.create(path, value, ephemeral=ephemeral, makepath=makepath, include_data=True)
+            pending = self._send(path).create_async(
+                path, value, ephemeral=ephemeral, makepath=makepath, include_data=True
+            )
+            _, stat = self._wait(pending, path)
         return cast(Stat, stat)
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
         with translate(path):
-            stat: Stat = self.kazoo.set(path, value, version=version)
+            stat: Stat = self._wait(self._send(path).set_async(path, value, version), path)
         return stat
 
     def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         with translate(path):
-            self.kazoo.delete(path, version=version, recursive=recursive)
+            if recursive:  # kazoo walks the tree with calls of its own (admin tools only, never a stop path)
+                self._send(path).delete(path, version=version, recursive=True)
+            else:
+                self._wait(self._send(path).delete_async(path, version), path)
 
     def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents as empty persistent nodes if missing (idempotent)."""
         with translate(path):
-            self.kazoo.ensure_path(path)
+            self._wait(self._send(path).ensure_path_async(path), path)
 
     def ensure_paths(self, paths: Sequence[str]) -> None:
         for path in paths:
@@ -417,7 +396,7 @@ class ZkClient:
     def sync(self, path: str = "/") -> None:
         """Make this session's next reads at least as new as the leader's state when sync returns."""
         with translate(path):
-            self.kazoo.sync(path)
+            self._wait(self._send(path).sync_async(path), path)
 
     def get_many(
         self,
@@ -431,13 +410,13 @@ class ZkClient:
         gets a one-shot data watch, as :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or
         ``RESET``).  :raises ZkError: for any other failure.
         """
-        kazoo = self.kazoo
+        kazoo = self._send(paths[0] if paths else None)
         pending = [
             (
                 path,
                 kazoo.get_async(path)
                 if watch is None or (watched is not None and path not in watched)
-                else kazoo.get_async(path, watch=_OneShot(watch, path)),
+                else kazoo.get_async(path, watch=OneShot(watch, path)),
             )
             for path in paths
         ]
@@ -445,7 +424,7 @@ class ZkClient:
         for path, result in pending:
             try:
                 with translate(path):
-                    data, stat = result.get()
+                    data, stat = self._wait(result, path)
             except errors.NoNodeError:
                 out.append(None)
                 continue
@@ -472,12 +451,12 @@ class ZkClient:
         """As :meth:`children_many`, with each listed node's own stat (``cversion`` counts its children's creations
         and deletions: two listings whose difference accounts for every change between their ``cversion`` s saw
         no child deleted and created again in between)."""
-        kazoo = self.kazoo
+        kazoo = self._send(paths[0] if paths else None)
         pending = [
             (
                 path,
                 kazoo.get_children_async(
-                    path, watch=None if watch is None else _OneShot(watch, path), include_data=True
+                    path, watch=None if watch is None else OneShot(watch, path), include_data=True
                 ),
             )
             for path in paths
@@ -486,7 +465,7 @@ class ZkClient:
         for path, result in pending:
             try:
                 with translate(path):
-                    children, stat = result.get()
+                    children, stat = self._wait(result, path)
             except errors.NoNodeError:
                 out.append(None)
                 continue
@@ -508,7 +487,7 @@ class ZkClient:
         return out
 
     def transaction(self) -> Transaction:
-        return Transaction(self.kazoo)
+        return Transaction(self._send(None), self._wait)
 
     def retry(self, func: Callable[..., Any], *args: Any, deadline_s: float = 30.0, **kwargs: Any) -> Any:
         """Call ``func`` again while it raises :class:`ZkUnavailableError`, up to ``deadline_s``.

@@ -1,4 +1,4 @@
-"""kazoo's threading handler with a cheaper ``select``.
+"""kazoo's threading handler with a cheaper ``select``, and closing a client without waiting for a server that is gone.
 
 kazoo's connection loop calls its handler's ``select`` on every turn (each request sent, each reply read), and the
 stock handler builds a fresh :class:`selectors.DefaultSelector` -- on Linux an epoll instance: ``epoll_create``,
@@ -13,14 +13,24 @@ the ``selectors_module`` hook it uses is kazoo's own (``kazoo.handlers.utils.sel
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import logging
 import selectors
+import threading
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, WriterNotClosedException
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.protocol.serialization import Connect
+
+log = logging.getLogger(__name__)
+
+#: ``wait(async_result, path) -> value``: how :class:`zkcoord.zk.ZkClient` waits for a reply (bounded when stopping).
+Waiter = Callable[[Any, str | None], Any]
 
 
 class _PollSelectors:
@@ -56,3 +66,50 @@ def on_negotiated_timeout(client: KazooClient, record: Callable[[float], None]) 
         return result
 
     connection._invoke = invoke_and_record
+
+
+def close_kazoo(client: KazooClient, timeout: float | None) -> bool:
+    """Stop and close ``client``; return whether ZooKeeper acknowledged the close of its session.
+
+    kazoo's ``stop()`` returns once its connection thread has ended: at once after the server answers the close
+    request, but with the server gone after the connection retry's current sleep (up to about 1.4 s here), and with
+    it paused after the current connection attempt or ping times out (up to the session timeout).  Before that it
+    joins its callback threads, one of which may be waiting for a reply as long.  With ``timeout``, the stop runs on
+    a daemon thread and is abandoned after ``timeout`` seconds: it finishes on its own, and kazoo's exit hook (which
+    would join the same threads again when the interpreter exits) is removed.
+
+    Acknowledged means: connected when asked, and closed without the connection dropping first (a close answered by
+    the server goes from connected straight to lost; any other way passes through suspended).
+    """
+    was_connected = client.state == KazooState.CONNECTED
+    dropped = threading.Event()
+
+    def on_state(state: str) -> bool:  # kazoo's connection thread: record only
+        if state == KazooState.SUSPENDED:
+            dropped.set()
+        return False
+
+    client.add_listener(on_state)
+    done = threading.Event()
+
+    def close() -> None:
+        try:
+            client.stop()
+        except WriterNotClosedException as e:
+            log.info("kazoo connection thread still running after stop: %s", e)
+            return  # kazoo refuses close() until it has stopped
+        except KazooException as e:
+            log.info("stopping the ZooKeeper client: %s", e)
+        finally:
+            done.set()
+        with contextlib.suppress(KazooException):
+            client.close()
+
+    if timeout is None:
+        close()
+    else:
+        threading.Thread(target=close, name="zk-close", daemon=True).start()
+        if not done.wait(max(0.0, timeout)):
+            atexit.unregister(client.handler.stop)
+            return False
+    return was_connected and not dropped.is_set()

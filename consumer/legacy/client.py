@@ -49,7 +49,8 @@ from consumer.shared import ConsumerMetrics
 from zkcoord.errors import ZkError
 from zkcoord.journal import Journal
 from zkcoord.legacy_paths import check_group
-from zkcoord.zk import ConnState, ZkClient, ZkConfig
+from zkcoord.shutdown import COMMIT, DEREGISTER, RELEASE, SESSION, StopBudget, StopReport
+from zkcoord.zk import ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
@@ -171,53 +172,84 @@ class LegacyConsumer:
             protocol=PROTOCOL,
         )
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop rebalancing and fetching, commit (with auto-commit), release the partitions, deregister, disconnect.
+    def close(self, timeout: float | None = None, *, budget: StopBudget | None = None) -> StopReport:
+        """Stop fetching, end the rebalance thread, commit (with auto-commit), release the partitions, deregister
+        and disconnect, within ``timeout`` seconds (default ``config.shutdown_timeout_s``) or ``budget``, whatever
+        ZooKeeper does.  Returns what could not be done (journalled as ``shutdown.incomplete`` too).  Idempotent: a
+        second call reports nothing.  Blocks until ``budget.session`` at most.
 
         As Kafka's ``shutdown``: the commit lands while the partitions are still owned, so their next owner starts
-        where this one stopped.  While ZooKeeper is unreachable, the commit, the release and the deregistration are
-        skipped (kazoo would hold them until it reconnects, perhaps forever); the session's end removes the
-        ephemerals, and what was consumed since the last commit is consumed again by the next owner.  Idempotent.
+        where this one stopped.  ZooKeeper calls end by ``budget.zookeeper``: while ZooKeeper is unreachable the
+        commit, the release and the deregistration are skipped, the session's expiry removes the ephemerals, and what
+        was consumed since the last commit is consumed again by the next owner.
         """
+        report = StopReport()
         if self._stop.is_set():
-            return
+            return report
+        budget = budget or StopBudget.start(self.config.shutdown_timeout_s if timeout is None else timeout)
         self._stop.set()
+        self.zk.bound(budget.zookeeper)
+        self.fetcher.pause("closing")  # nothing is read or handed out any more, whatever a rebalance does next
         self.signals.close()
         if self._thread is not None and self._thread is not threading.current_thread():  # not from a callback
-            self._thread.join(timeout=timeout)
-        revoked: list[TopicPartition] = []
-        with self.ownership.lock:
-            positions = self.fetcher.close()
-            if self._started:
-                owned = self.ownership.owned
-                self.ownership.stopped.update({tp: p for tp, p in positions.items() if tp in owned})
-                revoked = sorted(set(positions) | set(owned))
-                if self.config.auto_commit and not self.rebalancer.expired and self._connected():
-                    self.commit_quietly()
-        if revoked and self.rebalancer.on_revoked is not None:
-            self.call_back(self.rebalancer.on_revoked, revoked)
-        if self._started and self._connected():
-            self._leave()
-        self.zk.stop()
-
-    def _connected(self) -> bool:
-        try:
-            return self.zk.state is ConnState.CONNECTED
-        except ZkError:  # never started
-            return False
-
-    def _leave(self) -> None:
-        with self.ownership.lock:
+            self._thread.join(timeout=budget.zookeeper.remaining())
+        registered = self.registrations > 0
+        # The rebalance thread holds the lock through a rebalance; its ZooKeeper calls end by budget.zookeeper.
+        if self.ownership.lock.acquire(timeout=max(0.0, budget.session.remaining())):
             try:
-                self.registry.release()
+                revoked = self._stop_owned(report)
+                if revoked and self.rebalancer.on_revoked is not None:  # as a rebalance: under the lock, before
+                    self.call_back(self.rebalancer.on_revoked, revoked)  # the owner znodes are released
+                if registered:
+                    self._release(report)
+            finally:
+                self.ownership.lock.release()
+        else:
+            self.fetcher.close()
+            why = "a rebalance was still running at the deadline"
+            report.skip(COMMIT, why, uncommitted=len(self.ownership.owned))
+            report.skip(RELEASE, why)
+        if registered:
+            self._deregister(report)
+        if not self.zk.stop(timeout=budget.session.remaining()) and registered:
+            report.skip(SESSION, "session not closed")
+        report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
+        return report
+
+    def _stop_owned(self, report: StopReport) -> list[TopicPartition]:
+        """Close the fetcher and (with auto-commit) commit the owned partitions' positions; return the partitions
+        to call ``on_partitions_revoked`` with.  Ownership lock held."""
+        positions = self.fetcher.close()
+        if not self._started:
+            return []
+        owned = self.ownership.owned
+        self.ownership.stopped.update({tp: p for tp, p in positions.items() if tp in owned})
+        if self.config.auto_commit and not self.rebalancer.expired:
+            try:
+                self.commit_owned()
             except ZkError as e:
-                log.info("consumer %s: owner znodes left to the session close: %s", self.consumer_id, e)
-            self.ownership.owned.clear()
-            self.ownership.stopped.clear()
+                todo = {tp: p for tp, p in self.ownership.stopped.items() if tp in owned}
+                if uncommitted := sum(1 for tp, p in todo.items() if self.registry.checkpointed.get(tp) != p):
+                    log.warning("consumer %s: closing without the final commit: %s", self.consumer_id, e)
+                    report.skip(COMMIT, e, uncommitted=uncommitted)
+        return sorted(set(positions) | set(owned))
+
+    def _release(self, report: StopReport) -> None:
+        """Delete our owner znodes (Kafka's ``releasePartitionOwnership``), after the commit.  Ownership lock held."""
+        try:
+            self.registry.release()
+        except ZkError as e:
+            log.info("consumer %s: owner znodes left to the session close: %s", self.consumer_id, e)
+            report.skip(RELEASE, e)
+        self.ownership.owned.clear()
+        self.ownership.stopped.clear()
+
+    def _deregister(self, report: StopReport) -> None:
         try:
             self.registry.deregister()
         except ZkError as e:
             log.info("consumer %s: deregistration left to the session close: %s", self.consumer_id, e)
+            report.skip(DEREGISTER, e)
         else:
             self.events.emit("consumer.deregistered")
 

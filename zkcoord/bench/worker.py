@@ -43,7 +43,7 @@ from zkcoord.journal import Journal, process_started
 log = logging.getLogger("zkcoord.bench.worker")
 
 PROTOCOLS = ("coordinator", "incremental", "zk-client")
-#: How long closing one consumer may take (its threads are joined with this timeout).
+#: How long closing one consumer may take, whatever ZooKeeper does (its close() budget).
 CLOSE_TIMEOUT_S = 10.0
 
 AnyConsumer = Consumer | LegacyConsumer

@@ -10,8 +10,10 @@ import click
 
 from zkcoord.assignors import ASSIGNORS
 from zkcoord.broker import Broker, BrokerConfig, BrokerService
-from zkcoord.cli.common import journal_option, open_journal, stop_on_signals, zk_config, zk_options
+from zkcoord.cli.common import journal_option, open_journal, zk_config, zk_options
+from zkcoord.cli.stopping import SignalStop, shutdown_timeout_option
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
+from zkcoord.shutdown import DEFAULT_BROKER_TIMEOUT_S
 
 
 @click.command()
@@ -40,6 +42,7 @@ from zkcoord.coordinator import Coordinator, CoordinatorConfig
 )
 @click.option("--no-coordinator", is_flag=True, help="Do not take part in the coordinator election.")
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: coordinator writes skip the fence.")
+@shutdown_timeout_option(DEFAULT_BROKER_TIMEOUT_S)
 @zk_options
 @journal_option
 def broker(
@@ -52,23 +55,30 @@ def broker(
     rebalance_backoff: float,
     no_coordinator: bool,
     unsafe: bool,
+    shutdown_timeout: float,
     zk: str,
     session_timeout: float,
     journal_dir: Path | None,
 ) -> None:
     """Run broker ID: register /brokers/ids/ID, take part in the coordinator election, stay until stopped.
 
-    Re-registers after a session expiry; refuses an id held by a live broker; on SIGTERM or SIGINT removes its
-    registration and exits 0.  The elected broker coordinates every consumer group (docs/protocol.md).
+    Re-registers after a session expiry; refuses an id held by a live broker.  The elected broker coordinates every
+    consumer group (docs/protocol.md).
+
+    On SIGTERM or SIGINT it removes its registration and exits 0, within --shutdown-timeout whatever ZooKeeper
+    does: if ZooKeeper could not be reached it says what was left (the registration then stays until the session
+    expires) and exits 3.  A second signal exits at once (130 or 143).
     """
     config = BrokerConfig(
         broker_id=broker_id,
         zk=zk_config(zk, session_timeout),
         host=host,
         port=port if port is not None else min(9092 + broker_id, 65535),
+        shutdown_timeout_s=shutdown_timeout,
     )
-    stop = stop_on_signals()
+    stop = SignalStop(f"broker {broker_id}", shutdown_timeout)
     journal = open_journal(journal_dir, f"broker-{broker_id}")
+    stop.attach(journal, broker=broker_id)
     services: list[BrokerService] = []
     if not no_coordinator:
         coordinator_config = CoordinatorConfig(
@@ -86,9 +96,10 @@ def broker(
     logging.getLogger("zkcoord").setLevel(min(logging.getLogger("zkcoord").getEffectiveLevel(), logging.INFO))
     click.echo(f"broker {broker_id} registered at {config.zk.address} (session {node.zk.session_id:#x})", err=True)
     try:
-        stop.wait()
+        stop.requested.wait()
     finally:
-        node.stop()
+        code = stop.finish(node.stop(stop.begin()))
         journal.emit("process.stopped", reason="signal")
         journal.close()
     click.echo(f"broker {broker_id} stopped", err=True)
+    stop.exit(code)

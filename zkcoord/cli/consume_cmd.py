@@ -10,16 +10,12 @@ import click
 
 from consumer import Consumer, ConsumerConfig, Subscription
 from consumer.legacy import LegacyConfig, LegacyConsumer
-from zkcoord.cli.common import (
-    data_dir_option,
-    journal_option,
-    open_journal,
-    resolve_data_dir,
-    stop_on_signals,
-)
+from zkcoord.cli.common import data_dir_option, journal_option, open_journal, resolve_data_dir
+from zkcoord.cli.stopping import SignalStop, shutdown_timeout_option
 from zkcoord.errors import ConfigurationError
 from zkcoord.offset_reset import check_policy
 from zkcoord.settings import DEFAULT_ZK, default_zk
+from zkcoord.shutdown import DEFAULT_CONSUMER_TIMEOUT_S
 
 
 def _subscription(topics: tuple[str, ...], whitelist: str | None, blacklist: str | None, threads: int) -> Subscription:
@@ -123,6 +119,7 @@ class _Status:
 )
 @click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
+@shutdown_timeout_option(DEFAULT_CONSUMER_TIMEOUT_S)
 @data_dir_option
 @journal_option
 def consume(
@@ -147,14 +144,17 @@ def consume(
     assignor: str,
     zk: str,
     session_timeout: float,
+    shutdown_timeout: float,
     data_dir: Path | None,
     journal_dir: Path | None,
 ) -> None:
     """Consume as a member of GROUP; the coordinator (or, with --protocol zk-client, the members themselves, as
     Kafka 0.8.2 did) decides which partitions this consumer gets.
 
-    Journals what it consumed as offset ranges and shows a live status line; on SIGTERM or SIGINT it commits,
-    deregisters and exits 0.
+    Journals what it consumed as offset ranges and shows a live status line.  On SIGTERM or SIGINT it stops
+    fetching, commits, deregisters and exits 0, within --shutdown-timeout whatever ZooKeeper does: if ZooKeeper
+    could not be reached it says what was left (uncommitted records are delivered again; the member znode stays
+    until the session expires) and exits 3.  A second signal exits at once (130 or 143).
     """
     config = ConsumerConfig(
         group=group,
@@ -170,6 +170,7 @@ def consume(
         unsafe_no_fencing=unsafe,
         migrating=migrating,
         rebalance="incremental" if rebalance == "incremental" else "eager",
+        shutdown_timeout_s=shutdown_timeout,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
@@ -177,7 +178,7 @@ def consume(
         raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
     if migrating and protocol == "zk-client":
         raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
-    stop = stop_on_signals()
+    stop = SignalStop("consumer", shutdown_timeout)
     journal = open_journal(journal_dir, f"consumer-{group}")
     consumer: Consumer | LegacyConsumer
     if protocol == "zk-client":
@@ -185,12 +186,13 @@ def consume(
         consumer = LegacyConsumer(config, legacy=legacy, journal=journal)
     else:
         consumer = Consumer(config, journal=journal)
+    stop.attach(journal, group=group, consumer=consumer.consumer_id)
     consumer.start()
     click.echo(f"consumer {consumer.consumer_id} joined group {group}", err=True)
     status = _Status(consumer)
     total = 0
     try:
-        while not stop.is_set() and (max_records is None or total < max_records):
+        while not stop.requested.is_set() and (max_records is None or total < max_records):
             records = consumer.poll(0.2)
             total += len(records)
             if print_records:
@@ -199,10 +201,11 @@ def consume(
                     click.echo(f"{r.topic}\t{r.partition}\t{r.offset}\t{key}\t{r.value.decode('utf-8', 'replace')}")
             status.maybe_show()
     finally:
-        consumer.close()
+        code = stop.finish(consumer.close(budget=stop.begin()))
         status.maybe_show(force=True)
         if status.tty:
             click.echo("", err=True)
-        journal.emit("process.stopped", reason="signal" if stop.is_set() else "done")
+        journal.emit("process.stopped", reason="signal" if stop.requested.is_set() else "done")
         journal.close()
     click.echo(f"consumer {consumer.consumer_id} left group {group} after {total} records", err=True)
+    stop.exit(code)

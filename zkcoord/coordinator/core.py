@@ -128,10 +128,11 @@ class Coordinator:
         self._worker = threading.Thread(target=self._run, name=f"coordinator-{self.broker_id}", daemon=True)
         self._worker.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Resign and end the worker, waiting ``timeout`` s at most (the broker bounds its ZooKeeper calls)."""
         if self._worker is not None:
             self._events.put(_Event("stop"))
-            self._worker.join(timeout=10)
+            self._worker.join(timeout=timeout)
         self.role = Role.STOPPED
 
     @property

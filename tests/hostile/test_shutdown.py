@@ -1,0 +1,220 @@
+"""Stopping while ZooKeeper is down (issue 22): real processes, a real ZooKeeper of the test's own, real signals.
+
+ZooKeeper is stopped (connections refused) or paused (SIGSTOP: connections accepted, nothing answered), then the
+process under test gets SIGTERM: a broker (the coordinator), or a consumer of each protocol.  It must exit within
+its ``--shutdown-timeout`` with status 3 and a ``shutdown.incomplete`` event; then ZooKeeper comes back (same port,
+same data), the rest of the group converges, everything produced is consumed, and S1-S5 hold over the whole run
+(the journal checkers of tests/ledger.py).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_consumer_e2e import Run, _id
+from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
+from tests.zkutil import ZkFactory
+from zkcoord import paths
+from zkcoord.errors import NoNodeError
+from zkcoord.journal import JournalEvent, read_journal
+from zkcoord.procs import ChildProcess, wait_until
+from zkcoord.shutdown import EXIT_CLEAN, EXIT_INCOMPLETE
+from zkcoord.topics import TopicAdmin
+from zkcoord.zkserver import ZkServer
+from zkcoord.znodes import CoordinatorInfo
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+#: --shutdown-timeout of the process under test (s), and what its exit may add (interpreter exit, the wait's poll)
+SHUTDOWN_S = 2.0
+EXIT_MARGIN_S = 0.8
+#: every process's session timeout (s): the stopped process's znodes outlive it by this much once ZooKeeper is back
+SESSION = "2"
+LEGACY = ("--protocol", "zk-client", "--rebalance-backoff", "0.3", "--rebalance-max-retries", "30")
+KINDS = {
+    "eager": (),
+    "incremental": ("--rebalance", "incremental"),
+    "zk-client": LEGACY,
+    "migrating": ("--migrating",),
+}
+
+
+class Outage:
+    """ZooKeeper gone (``stopped``: the server exits, connections are refused) or frozen (``paused``)."""
+
+    def __init__(self, server: ZkServer, how: str) -> None:
+        self.server, self.how = server, how
+
+    def __enter__(self) -> Outage:
+        if self.how == "stopped":
+            self.server.stop()
+        else:
+            self.server.pause()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.how == "stopped":
+            self.server.start()
+        else:
+            self.server.resume()
+
+
+@pytest.fixture
+def server(zk_factory: ZkFactory) -> ZkServer:
+    """A server of the test's own: stopped and started again on the same port and data, or paused."""
+    return zk_factory.server()
+
+
+@pytest.fixture
+def run(server: ZkServer, tmp_path: Path) -> Iterator[Run]:
+    with ExitStack() as stack:
+        yield Run(server.connect_string, tmp_path, stack, session=SESSION)
+
+
+def _consumer(run: Run, kind: str, shutdown: float | None = None) -> ChildProcess:
+    extra = [*KINDS[kind], *(["--shutdown-timeout", str(shutdown)] if shutdown is not None else [])]
+    return run.consumer("g", "t", extra=tuple(extra))
+
+
+def _broker(run: Run, broker_id: int, shutdown: float | None = None) -> ChildProcess:
+    args = ["broker", "--id", str(broker_id), *run.common(), "--rebalance-timeout", "3"]
+    if shutdown is not None:
+        args += ["--shutdown-timeout", str(shutdown)]
+    proc = ChildProcess(args, run.root / f"broker-{broker_id}.log")
+    run.stack.enter_context(proc)
+    wait_until(lambda: run.zk.exists(paths.broker(broker_id)) is not None, 30, f"broker {broker_id}")
+    return proc
+
+
+def _coordinator(run: Run) -> int | None:
+    try:
+        return CoordinatorInfo.decode(run.zk.get(paths.COORDINATOR)[0], paths.COORDINATOR).broker_id
+    except NoNodeError:
+        return None
+
+
+def _events(run: Run, pid: int, kind: str) -> list[JournalEvent]:
+    return [e for e in read_journal(run.journal) if e.pid == pid and e.event == kind]
+
+
+def _stop_during(outage: Outage, victim: ChildProcess) -> tuple[int, float]:
+    """SIGTERM ``victim`` while ZooKeeper is out; return its exit status and how long it took."""
+    with outage:
+        began = time.monotonic()
+        victim.signal(signal.SIGTERM)
+        status = victim.wait(SHUTDOWN_S + 10)  # measured below: a hang fails here, not at pytest's timeout
+        took = time.monotonic() - began
+    return status, took
+
+
+def _assert_incomplete_stop(run: Run, victim: ChildProcess, status: int, took: float, *skipped: str) -> None:
+    assert status == EXIT_INCOMPLETE, f"exit status {status}: {victim.tail(3)}"
+    assert took < SHUTDOWN_S + EXIT_MARGIN_S, f"took {took:.2f} s to stop, allowed {SHUTDOWN_S} s"
+    (event,) = _events(run, victim.pid, "shutdown.incomplete")
+    assert set(skipped) <= set(event.fields["skipped"]), event.fields
+    assert "forced" not in event.fields, "the watchdog had to cut the stop short"
+    assert "stop incomplete" in victim.log_path.read_text(errors="replace")
+
+
+def _assert_safe(run: Run) -> Ledger:
+    """S1-S5 over the whole run, once everything produced was consumed.  Only records a consumer had not committed
+    when its stop was incomplete (or its session was lost) may have been consumed twice (S4)."""
+    ledger = run.wait_consumed_all("g", {"t"}, timeout=60)
+    assert ledger.overlaps() == [], "S2: two consumers fetched a partition at the same time"
+    assert deposed_writes(run.journal) == [], "S1"
+    assert stale_applied(run.journal) == [], "S5"
+    tails = uncommitted_tails(run.journal, "g")
+    for tp, offsets in ledger.duplicates().items():
+        assert offsets <= tails.get(tp, set()), f"S4: {tp} duplicated beyond an uncommitted tail"
+    return ledger
+
+
+def _consuming(run: Run, proc: ChildProcess) -> Callable[[], bool]:
+    return lambda: bool(_id(run, proc)) and _id(run, proc) in Ledger.read(run.journal, "g").deliveries
+
+
+@pytest.mark.parametrize("how", ["stopped", "paused"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_consumer_stops_within_its_deadline_while_zookeeper_is_out(
+    run: Run, server: ZkServer, kind: str, how: str
+) -> None:
+    """The victim stops fetching at once, cannot commit or deregister, exits 3 in time; its member znode (and for
+    zk-client and migrating members, its owner znodes) outlive it until its session expires once ZooKeeper is back,
+    then the survivor takes everything and consumes it all: what the victim had not committed again, nothing else."""
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 4)
+    survivor = _consumer(run, "zk-client" if kind == "migrating" else kind)  # a migration starts from zk-client
+    if kind not in ("zk-client", "migrating"):
+        run.wait_members("g", 1)
+    victim = _consumer(run, kind, shutdown=SHUTDOWN_S)
+    producer = run.producer("t", 6_000, 1_000)  # produces through the outage (the log is local)
+    wait_until(_consuming(run, victim), 30, "the victim consuming")
+    victim_id = _id(run, victim)
+    status, took = _stop_during(Outage(server, how), victim)
+    _assert_incomplete_stop(run, victim, status, took, "deregister")
+    assert producer.wait(30) == 0
+    ledger = _assert_safe(run)
+    assert victim_id in ledger.deliveries
+    assert ledger.total_produced({"t"}) == 6_000
+    began = time.monotonic()
+    survivor.signal(signal.SIGTERM)  # ZooKeeper is back: a clean stop
+    assert survivor.wait(10) == EXIT_CLEAN, survivor.tail(3)
+    assert time.monotonic() - began < 2.0
+    assert _events(run, survivor.pid, "shutdown.incomplete") == []
+
+
+@pytest.mark.parametrize("how", ["stopped", "paused"])
+def test_the_coordinating_broker_stops_within_its_deadline_while_zookeeper_is_out(
+    run: Run, server: ZkServer, how: str
+) -> None:
+    """The coordinator cannot deregister nor close its session; it exits 3 in time.  Once ZooKeeper is back its
+    znodes expire with its session, broker 2 takes over, and the group, joined by a third member, consumes everything
+    (twice only what a member whose session the outage ended had not committed)."""
+    first = _broker(run, 1, shutdown=SHUTDOWN_S)
+    wait_until(lambda: _coordinator(run) == 1, 30, "broker 1 coordinating")
+    _broker(run, 2)
+    TopicAdmin(run.zk).create("t", 4)
+    consumers = [_consumer(run, "eager") for _ in range(2)]
+    run.wait_members("g", 2)
+    producer = run.producer("t", 6_000, 1_000)
+    wait_until(lambda: Ledger.read(run.journal, "g").consumed != {}, 30, "consumption to begin")
+    status, took = _stop_during(Outage(server, how), first)
+    _assert_incomplete_stop(run, first, status, took, "deregister", "session-close")
+    wait_until(lambda: _coordinator(run) == 2, 30, "broker 2 coordinating")
+    consumers.append(_consumer(run, "eager"))
+    run.wait_members("g", 3)
+    assert producer.wait(30) == 0
+    _assert_safe(run)
+    for c in consumers:
+        c.signal(signal.SIGTERM)
+        assert c.wait(10) == EXIT_CLEAN, c.tail(3)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_second_signal_exits_at_once(run: Run, server: ZkServer, signum: signal.Signals) -> None:
+    """An operator who will not wait for the stop's deadline: the second signal ends the process at once, with
+    128 + the signal's number."""
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 2)
+    victim = _consumer(run, "eager", shutdown=30.0)
+    wait_until(lambda: len(_events(run, victim.pid, "fetch.started")) == 2, 30, "the victim fetching")
+
+    def stopping() -> bool:  # the first signal was handled
+        return "consumer: stopping (within 30 s" in victim.log_path.read_text(errors="replace")
+
+    with Outage(server, "stopped"):
+        victim.signal(signum)
+        wait_until(stopping, 10, "the stop to begin")
+        began = time.monotonic()
+        victim.signal(signum)
+        status = victim.wait(10)
+        took = time.monotonic() - began
+    assert status == 128 + signum, victim.tail(3)
+    assert took < 1.0, f"took {took:.2f} s after the second signal"
+    assert "second signal, exiting now" in victim.tail(2)
