@@ -63,10 +63,16 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(k.__name__ for k in kinds)
 
 
+#: Every integer the layout stores (epochs, generations, offsets, ids) is a Java long in Kafka; a larger one was not
+#: written by any part of the system, and accepting it would let one forged command raise a consumer's newest
+#: epoch past anything a real coordinator can reach.
+MAX_LONG = 2**63 - 1
+
+
 def _nonneg_int(obj: Mapping[str, Any], key: str, what: str, path: str | None) -> int:
     value: int = _field(obj, key, int, what, path)
-    if value < 0:
-        raise CodecError(what, f"field {key!r} must not be negative, got {value}", path)
+    if not 0 <= value <= MAX_LONG:
+        raise CodecError(what, f"field {key!r} must be an integer in 0..2^63-1, got {str(value)[:40]}", path)
     return value
 
 
@@ -90,8 +96,8 @@ def decode_int(what: str, data: bytes | None, path: str | None = None) -> int:
         text = (data or b"").decode("ascii").strip()
     except UnicodeDecodeError as e:
         raise CodecError(what, "not ASCII", path) from e
-    if not _INT_TEXT.fullmatch(text) or len(text) > 19:
-        raise CodecError(what, f"expected a non-negative decimal integer, got {text[:40]!r}", path)
+    if not _INT_TEXT.fullmatch(text) or len(text) > 19 or int(text) > MAX_LONG:
+        raise CodecError(what, f"expected a decimal integer in 0..2^63-1, got {text[:40]!r}", path)
     return int(text)
 
 
