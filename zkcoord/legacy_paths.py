@@ -7,9 +7,9 @@ The legacy protocol keeps each group directly under ``/consumers/<group>``, as K
     /consumers/<group>/offsets/<topic>/<partition> persistent  committed offset, decimal string
 
 The coordinator protocol lives beside it under ``/consumers/groups/<group>`` and ``/consumers/coordinator*``
-(:mod:`zkcoord.paths`), so a legacy group may not be called ``groups``, ``coordinator`` or ``coordinator_epoch``:
-its directory would be one of the coordinator's znodes (:func:`check_group`).  Topics are read from
-``/brokers/topics`` and brokers from ``/brokers/ids``, shared with everything else (:mod:`zkcoord.paths`).
+(:mod:`zkcoord.paths`), so a legacy group may not be called ``groups``, ``coordinator``, ``coordinator_epoch`` or
+``coordinator_terms``: its directory would be one of the coordinator's znodes (:func:`check_group`).  Topics are
+read from ``/brokers/topics`` and brokers from ``/brokers/ids``, shared with everything else (:mod:`zkcoord.paths`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ CONSUMERS = common.CONSUMERS
 
 #: Children of ``/consumers`` the coordinator protocol owns; a legacy group of that name would collide with them.
 RESERVED_GROUPS = frozenset(
-    name.rsplit("/", 1)[1] for name in (common.GROUPS, common.COORDINATOR, common.COORDINATOR_EPOCH)
+    name.rsplit("/", 1)[1]
+    for name in (common.GROUPS, common.COORDINATOR, common.COORDINATOR_EPOCH, common.COORDINATOR_TERMS)
 )
 
 

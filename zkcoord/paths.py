@@ -12,12 +12,18 @@ BROKER_TOPICS = "/brokers/topics"
 CONSUMERS = "/consumers"
 COORDINATOR = "/consumers/coordinator"
 COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
+#: Parent of the current coordinator term's node (``<epoch>``), which every write of the term checks.
+COORDINATOR_TERMS = "/consumers/coordinator_terms"
 GROUPS = "/consumers/groups"
 CONFIG = "/config"
 CONFIG_GROUPS = "/config/groups"
 
 #: Persistent parents created once (idempotently) by every process that needs them, as Kafka's ``setupCommonPaths``.
 COMMON_PATHS = (BROKER_IDS, BROKER_TOPICS, GROUPS)
+
+
+def coordinator_term(epoch: int) -> str:
+    return f"{COORDINATOR_TERMS}/{epoch}"
 
 
 def broker(broker_id: int) -> str:

@@ -36,6 +36,7 @@ from consumer import Consumer, ConsumerConfig, Subscription
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord import paths
+from zkcoord.coordinator.seat import BLOCKED_RETRY_S
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.producer import ProduceConfig, Producer
@@ -374,7 +375,7 @@ def test_real_brokers_and_consumers_recover_from_faults_in_turn(zk_hosts: str, t
 # --- the one state only a person can leave ------------------------------------------------------------------------
 
 
-def test_an_epoch_at_the_largest_value_stops_elections_and_says_so(zk_hosts: str, tmp_path: Path) -> None:
+def test_an_epoch_at_the_largest_value_stops_elections_until_a_person_fixes_it(zk_hosts: str, tmp_path: Path) -> None:
     with ExitStack() as stack:
         cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
         cluster.broker(1)
@@ -395,3 +396,10 @@ def test_an_epoch_at_the_largest_value_stops_elections_and_says_so(zk_hosts: str
         assert cluster.admin_zk.exists(paths.COORDINATOR) is None
         assert cluster.brokers[1].registered.is_set(), "the broker must keep running"
         assert member.fetching and member.owned == {TOPIC: {0: f"{member.consumer_id}-0", 1: f"{member.consumer_id}-0"}}
+        # A person sets a valid epoch: the brokers watch the epoch znode while they wait, so coordination resumes
+        # at once (well before the quiet periodic attempt), and the change made meanwhile is acted on.
+        cluster.admin_zk.set(paths.COORDINATOR_EPOCH, b"100")
+        wait_until(lambda: cluster.acting() == [1], BLOCKED_RETRY_S / 2, "broker 1 coordinating again")
+        assert cluster.coordinator(1).term.epoch == 101  # type: ignore[union-attr]
+        member.wait_for(lambda c: len(c.owned.get(TOPIC, {})) == 3)
+        assert len(said()) == 1

@@ -413,7 +413,7 @@ def test_legacy_config_validates_itself(kwargs: Mapping[str, object]) -> None:
         LegacyConfig(**kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("group", ["groups", "coordinator", "coordinator_epoch"])
+@pytest.mark.parametrize("group", ["groups", "coordinator", "coordinator_epoch", "coordinator_terms"])
 def test_group_names_of_the_coordinators_znodes_are_refused(group: str, tmp_path: Path) -> None:
     config = ConsumerConfig(group, Subscription.static({"t": 1}), zk="127.0.0.1:1", data_dir=tmp_path)
     with pytest.raises(ConfigurationError, match="reserved"):

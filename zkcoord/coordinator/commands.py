@@ -4,7 +4,7 @@ One phase (stop or start) of a group is a list of operations: a command (persist
 and for the start phase the ownership-registry changes.  They are cut into batches of ``batch_size`` operations;
 each batch is one ZooKeeper transaction that
 
-1. checks the fence (coordinator epoch version and the coordinator znode, :class:`~zkcoord.coordinator.election.Fence`);
+1. checks the fence (epoch version, coordinator znode, term node: :class:`~zkcoord.coordinator.election.Fence`);
 2. writes the group state with ``sent = i + 1``, conditional on the version the previous batch left: batches are
    chained, so batch ``i + 1`` can only commit after batch ``i`` (a prefix property);
 3. applies its operations.
@@ -170,7 +170,7 @@ class PhaseWriter:
         # Only a failed check is a fence; a connection loss is reported against the first path too, but says nothing.
         if not isinstance(error, BadVersionError | NoNodeError):
             return None
-        if not self.fence.unsafe and error.path in (paths.COORDINATOR_EPOCH, paths.COORDINATOR):
+        if self.fence.guards(error.path):
             return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
         return None
 

@@ -47,7 +47,7 @@ from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.snapshot import Listing, read_groups
-from zkcoord.errors import CodecError, EpochExhaustedError, FencedError, ZkCoordError, ZkError
+from zkcoord.errors import CodecError, FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
@@ -120,7 +120,7 @@ class Coordinator:
     def start(self, zk: ZkClient, journal: Journal) -> None:
         self._zk = zk
         self._journal = journal
-        self._seat = Seat(zk, self.broker_id, journal)
+        self._seat = Seat(zk, self.broker_id, journal, wake=lambda _event: self._events.put(_Event("elect")))
         zk.add_listener(lambda state: self._events.put(_Event("state", data=state)))
         # The watch first: the worker's first election attempt then happens with it in place, so a broker that
         # journals coordinator.standby is sure to hear of the coordinator's end.
@@ -307,23 +307,16 @@ class Coordinator:
             self._elect()
 
     def _elect(self) -> None:
-        """Try the election (worker); a node left by our own ended term, or a persistent one, is deleted first."""
+        """Try the election (worker); seat.py deletes a left-over node first and reports what blocks the election."""
         if self.role is not Role.FOLLOWER or self._suspended or self._seat is None:
             return
-        try:
-            term = self._seat.take(self.wall_ms())
-        except EpochExhaustedError as e:  # only a person can decide: say so, and wait for the next change
-            self._journal.emit("input.rejected", what="coordinator epoch", path=paths.COORDINATOR_EPOCH, reason=str(e))
-            return
-        except (ZkError, CodecError) as e:
-            log.warning("coordinator %d: election attempt failed: %s; retrying", self.broker_id, e)
-            self._schedule(0.5, self._elect)
-            return
-        if term is None:
-            # Another broker coordinates; the data watch calls us when its node goes.
-            self._journal.emit("coordinator.standby", broker=self.broker_id)
-            return
-        self._become_coordinator(term)
+        seat = self._seat
+        term, retry_s = seat.attempt(self.wall_ms())
+        if retry_s is not None:
+            attempt = seat.attempts  # moot once another attempt was made meanwhile (a watch, a new session)
+            self._schedule(retry_s, lambda: self._elect() if seat.attempts == attempt else None)
+        if term is not None:
+            self._become_coordinator(term)
 
     def _become_coordinator(self, term: Term) -> None:
         self._term_no += 1

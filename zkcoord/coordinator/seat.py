@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from enum import Enum
 
 from zkcoord import paths
 from zkcoord.coordinator.election import MAX_EPOCH, Term, ensure_epoch_znode, try_elect
-from zkcoord.errors import BadVersionError, CodecError, NoNodeError, ZkError
+from zkcoord.errors import BadVersionError, CodecError, EpochExhaustedError, NoNodeError, NotEmptyError, ZkError
 from zkcoord.journal import Journal
-from zkcoord.zk import Stat, ZkClient
+from zkcoord.zk import Stat, WatchEvent, ZkClient
+from zkcoord.zk_types import OneShot
 from zkcoord.znodes import CoordinatorInfo
 
 log = logging.getLogger(__name__)
@@ -47,17 +49,77 @@ class Verdict(Enum):
     RESIGN = "resign"  #: our term's node was changed or replaced by hand: resign, then try the election
 
 
+#: After a ZooKeeper error, the next election attempt (the connection states drive recovery meanwhile).
+RETRY_S = 0.5
+#: While the election is blocked by a state only a person can fix: a quiet attempt this often, besides the watches.
+BLOCKED_RETRY_S = 10.0
+
+
 class Seat:
     """This broker's part in the election.  ``known`` is the highest epoch it has seen (its own terms, nodes it
-    watched that an election created), which the next election must exceed even if the epoch znode was lowered."""
+    watched that an election created), which the next election must exceed even if the epoch znode was lowered.
 
-    def __init__(self, zk: ZkClient, broker_id: int, journal: Journal) -> None:
+    ``wake`` is a one-shot watch callback (kazoo's thread: it must only enqueue an election attempt for the worker),
+    set on the znode that blocks the election while only a person can fix it.  ``blocked`` says whether the last
+    attempt that finished met such a state; ``attempts`` counts attempts (a retry timer armed before a later attempt
+    is moot)."""
+
+    def __init__(
+        self, zk: ZkClient, broker_id: int, journal: Journal, wake: Callable[[WatchEvent], None] | None = None
+    ) -> None:
         self.zk = zk
         self.broker_id = broker_id
         self.journal = journal
         self.known = 0
+        self.blocked = False
+        self.attempts = 0
+        self._wake = wake
+        self._blocked_by: tuple[str, str] | None = None  # (path, reason) last reported
         self._reported: tuple[int, int] | None = None  # (czxid, version) of the last foreign node reported
         self._czxid = 0  # of our last term's node (0: unknown), to tell a stale watch snapshot from a change
+
+    def attempt(self, now_ms: int) -> tuple[Term | None, float | None]:
+        """Try the election once (worker): the won term or None, and after how many seconds to try again by itself
+        (None: a watch calls, the coordinator znode's data watch or ``wake``).  Never raises.
+
+        A ZooKeeper error is retried after :data:`RETRY_S`.  A state only a person can fix -- the highest epoch on
+        record is :data:`MAX_EPOCH`, or a znode the election must delete has children -- is reported once
+        (``input.rejected``), then waited out: ``wake`` is armed on that znode (the epoch znode's data; the other's
+        children) and a quiet attempt made every :data:`BLOCKED_RETRY_S` (a group state may hold the epoch).  Nothing
+        else of the broker stops meanwhile.
+        """
+        self.attempts += 1
+        try:
+            term = self.take(now_ms)
+        except EpochExhaustedError as e:
+            return None, self._block(paths.COORDINATOR_EPOCH, "coordinator epoch", str(e), children=False)
+        except NotEmptyError as e:
+            path = e.path or paths.COORDINATOR
+            reason = f"{path} has children, so the election cannot delete it; it waits until a person removes them"
+            return None, self._block(path, "coordinator znode", reason, children=True)
+        except (ZkError, CodecError) as e:
+            log.warning("broker %d: election attempt failed: %s; retrying", self.broker_id, e)
+            return None, RETRY_S
+        self.blocked, self._blocked_by = False, None
+        if term is None:  # another broker coordinates; the data watch calls us when its node goes
+            self.journal.emit("coordinator.standby", broker=self.broker_id)
+        return term, None
+
+    def _block(self, path: str, what: str, reason: str, *, children: bool) -> float:
+        self.blocked = True
+        if self._blocked_by != (path, reason):
+            self._blocked_by = (path, reason)
+            self.journal.emit("input.rejected", what=what, path=path, reason=reason)
+            log.error("broker %d: no election possible: %s", self.broker_id, reason)
+        if self._wake is not None:
+            try:
+                if children:
+                    self.zk.get_children(path, watch=OneShot(self._wake, path))
+                else:
+                    self.zk.exists(path, watch=OneShot(self._wake, path))
+            except ZkError:  # (gone meanwhile, or no connection: soon again)
+                return RETRY_S
+        return BLOCKED_RETRY_S
 
     def take(self, now_ms: int) -> Term | None:
         """Try to become coordinator; a left-over node (ours, persistent) is deleted and the election tried again.
@@ -96,7 +158,14 @@ class Seat:
 
     def _clear_left_over(self) -> bool:
         """Read the coordinator znode as a broker holding no term and delete it if it is left over.  True if the
-        election may be tried now (the node is gone, or changed meanwhile).  :raises ZkError:"""
+        election may be tried now (the node is gone, or changed meanwhile).
+
+        The epoch znode's version is read before the node is read (again) and checked in the delete's transaction:
+        the only legitimate way for the path to be re-created is an election, which bumps that version, so a
+        decision taken on a node that an election replaced meanwhile never deletes the new one.  For our own node
+        this covers a session that expires between the read and the commit, the transaction then being sent on a
+        new session after another broker won.  :raises ZkError: (NotEmptyError: a persistent node with children)
+        """
         try:
             data, stat = self.zk.get(paths.COORDINATOR)
         except NoNodeError:
@@ -104,20 +173,18 @@ class Seat:
         if stat.ephemeralOwner not in (0, self.zk.session_id):
             self._observe(data, stat)
             return False
+        ensure_epoch_znode(self.zk)
+        epoch_stat = self.zk.exists(paths.COORDINATOR_EPOCH)
+        try:
+            data, again = self.zk.get(paths.COORDINATOR)
+        except NoNodeError:
+            return True
+        if again.czxid != stat.czxid or again.ephemeralOwner != stat.ephemeralOwner or epoch_stat is None:
+            return True
+        stat = again
         kind = "own" if stat.ephemeralOwner else "persistent"
         txn = self.zk.transaction()
-        if kind == "persistent":
-            # The epoch znode's version is read before the node is read again, and checked with the delete.
-            ensure_epoch_znode(self.zk)
-            epoch_stat = self.zk.exists(paths.COORDINATOR_EPOCH)
-            try:
-                data, again = self.zk.get(paths.COORDINATOR)
-            except NoNodeError:
-                return True
-            if again.czxid != stat.czxid or epoch_stat is None:
-                return True
-            stat = again
-            txn.check(paths.COORDINATOR_EPOCH, epoch_stat.version)
+        txn.check(paths.COORDINATOR_EPOCH, epoch_stat.version)
         txn.delete(paths.COORDINATOR, stat.version)
         try:
             txn.commit()
