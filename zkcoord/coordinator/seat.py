@@ -4,21 +4,27 @@ The election (:mod:`zkcoord.coordinator.election`) can only create ``/consumers/
 when its holder's session ends.  A znode that outlives its term while the session lives on, or that no session will
 ever remove, would stop every election for good.  The rules (``docs/protocol.md``, "Bad state"):
 
-* **Our own, while we hold no term: delete it** (conditionally on its version).  It is left from a term of ours that
-  ended with the session alive -- fenced because either znode was changed by hand, or a lost reply resolved as not
-  won -- and no one else could remove it short of ending our session.  Deleting it hands the election back; we may
-  win again, under a higher epoch.  Only our session's node: its ``ephemeralOwner`` proves whose it is.
+* **Our own, while we hold no term: delete it.**  It is left from a term of ours that ended with the session alive
+  -- fenced because a znode was changed by hand, or a lost reply resolved as not won -- and no one else could remove
+  it short of ending our session.  Deleting it hands the election back; we may win again, under a higher epoch.
+  Only our session's node: its ``ephemeralOwner`` proves whose it is.
 * **Persistent (``ephemeralOwner`` 0): delete it**, whoever finds it.  No election creates one (the election's node
-  is ephemeral) and no session's end would remove it.  The delete goes in a transaction with a check of the epoch
-  znode's version read *before* the node: the only legitimate way for the path to be re-created is an election,
-  which bumps that version, so a node elected meanwhile is never deleted by a stale decision.
+  is ephemeral) and no session's end would remove it.  One with children is not deleted: only a person can say what
+  they are (reported once; the election waits for the node or its children to change).
+* Either delete goes in a transaction with a check of the epoch znode's version read *before* the node: the only
+  legitimate way for the path to be re-created is an election, which bumps that version, so a node elected
+  meanwhile is never deleted by a stale decision (for our own node: a session that expired between the read and
+  the delete, the transaction then sent on a new session after another broker won).
 * **Another session's ephemeral: never touched.**  Its holder ends its own term by the same rules; a node its data
   does not explain is reported (``input.rejected``).  A non-broker session holding it keeps the election waiting
   until that session ends: only a person can decide who that is.
 * **Our own node changed while we hold its term**, or replaced by a persistent one: our term is over (the first
   would fail our fence at the next write; the second would *pass* it -- it too is at version 0 -- so it must be
   caught here): resign, then hand back as above.  A node deleted, or replaced by an election, needs nothing here:
-  the fence fails at the next write (``check`` of the coordinator node, of the epoch version).
+  the fence fails at the next write (``check`` of the coordinator node, of the epoch version, of the term node).
+
+States only a person can fix (a node the election must delete has children; the largest epoch) are said once and
+waited out on a watch (:meth:`Seat.attempt`); the rest of the broker keeps running.
 
 Used from the coordinator's worker thread only.
 """
