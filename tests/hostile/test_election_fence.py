@@ -210,10 +210,10 @@ def test_a_coordinator_znode_with_children_is_reported_once_and_left_once_emptie
         seat = cluster.coordinator(1)._seat
         assert seat is not None
         assert seat.blocked
-        attempts = seat.attempts
-        for n in range(2):
+        for n in range(2):  # one at a time: a data watch may see two quick changes as one
+            attempts = seat.attempts
             cluster.admin_zk.set(paths.COORDINATOR, b"{}" + b" " * (n + 1))
-        wait_until(lambda: seat.attempts >= attempts + 2, 5, "two more election attempts")
+            wait_until(lambda: seat.attempts > attempts, 5, "another election attempt")  # noqa: B023
         assert len(_rejections(cluster, paths.COORDINATOR)) == 1
         assert member.fetching, "the member must keep fetching"
         attempts = seat.attempts
