@@ -21,6 +21,7 @@ from tests.integration.test_consumer_e2e import Run, _id
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
 from tests.zkutil import ZkFactory
 from zkcoord import paths
+from zkcoord.bench.cluster import WorkerProcess, child_env, tail
 from zkcoord.errors import NoNodeError
 from zkcoord.journal import JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
@@ -218,3 +219,80 @@ def test_a_second_signal_exits_at_once(run: Run, server: ZkServer, signum: signa
     assert status == 128 + signum, victim.tail(3)
     assert took < 1.0, f"took {took:.2f} s after the second signal"
     assert "second signal, exiting now" in victim.tail(2)
+
+
+# --- the benchmark worker: many consumers in one process, stopped as one ------------------------------------------
+
+
+def _worker(run: Run, protocol: str, shutdown: float) -> WorkerProcess:
+    """A benchmark worker (the driver's own class) with two consumers of group ``g`` joined."""
+    args = ["--protocol", protocol, "--zk", run.hosts, "--data-dir", str(run.data), "--journal", str(run.journal)]
+    args += ["--session-timeout", SESSION, "--shutdown-timeout", str(shutdown)]
+    worker = WorkerProcess(0, args, run.root / "worker.log", child_env(run.root)).start()
+    run.stack.callback(worker.stop, 1.0)
+    assert len(worker.call({"op": "add", "group": "g", "topic": "t", "count": 2}, 30)["consumers"]) == 2
+    return worker
+
+
+def _members(run: Run) -> list[str]:
+    try:
+        return run.zk.get_children(paths.group_ids("g"))
+    except NoNodeError:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("protocol", "how"), [("coordinator", "stopped"), ("coordinator", "paused"), ("zk-client", "stopped")]
+)
+def test_the_benchmark_worker_stops_within_its_deadline_while_zookeeper_is_out(
+    run: Run, server: ZkServer, protocol: str, how: str
+) -> None:
+    """The worker closes its consumers within one budget: it exits 3 in time, each consumer journals what it skipped,
+    and the registrations it could not delete go with its sessions once ZooKeeper is back."""
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 4)
+    worker = _worker(run, protocol, SHUTDOWN_S)
+    if protocol == "coordinator":
+        run.wait_members("g", 2)
+    with Outage(server, how):
+        began = time.monotonic()
+        worker.proc.send_signal(signal.SIGTERM)
+        status = worker.proc.wait(SHUTDOWN_S + 10)
+        took = time.monotonic() - began
+    print(f"worker ({protocol}, ZooKeeper {how}): exit {status} after {took:.2f} s")
+    assert status == EXIT_INCOMPLETE, tail(worker.log_path)
+    assert took < SHUTDOWN_S + EXIT_MARGIN_S, f"took {took:.2f} s to stop, allowed {SHUTDOWN_S} s"
+    events = _events(run, worker.pid, "shutdown.incomplete")
+    assert len(events) == 2 and all("deregister" in e.fields["skipped"] for e in events), events
+    assert all("forced" not in e.fields for e in events)
+    assert [e.fields["reason"] for e in _events(run, worker.pid, "process.stopped")] == ["signal"]
+    assert "stop incomplete" in worker.log_path.read_text(errors="replace")
+    if protocol == "coordinator":
+        wait_until(lambda: _members(run) == [], 30, "the worker's member znodes to expire with its sessions")
+
+
+def test_the_benchmark_worker_stops_cleanly_with_zookeeper_alive_and_at_once_on_a_second_signal(
+    run: Run, server: ZkServer
+) -> None:
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 4)
+    worker = _worker(run, "coordinator", SHUTDOWN_S)
+    run.wait_members("g", 2)
+    began = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    status = worker.proc.wait(SHUTDOWN_S + 10)
+    took = time.monotonic() - began
+    print(f"worker (coordinator, ZooKeeper alive): exit {status} after {took:.2f} s")
+    assert status == EXIT_CLEAN, tail(worker.log_path)
+    assert _events(run, worker.pid, "shutdown.incomplete") == [] and _members(run) == []
+
+    stubborn = _worker(run, "coordinator", 8.0)
+    with Outage(server, "stopped"):
+        stubborn.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping (within 8 s" in stubborn.log_path.read_text(errors="replace"), 10, "the stop")
+        began = time.monotonic()
+        stubborn.proc.send_signal(signal.SIGTERM)
+        status = stubborn.proc.wait(10)
+        took = time.monotonic() - began
+    assert status == 128 + signal.SIGTERM, tail(stubborn.log_path)
+    assert took < 1.0, f"took {took:.2f} s after the second signal"
