@@ -211,9 +211,10 @@ class ZkClient:
     def bound(self, deadline: Deadline) -> None:
         """Bound every call by ``deadline`` from now on, calls already waiting included: the process is stopping.
 
-        A call whose reply has not come by then raises :class:`ZkUnavailableError`, and a call made after it raises
-        at once without being sent.  (Unbounded, a call made while the client is reconnecting waits until it
-        reconnects: forever, if ZooKeeper is gone.)  Any thread.
+        A call whose reply has not come by then raises :class:`ZkUnavailableError` (it may still be applied, should
+        the server get it), and a call made after it raises :class:`ZkNotSentError` at once without being sent.
+        (Unbounded, a call made while the client is reconnecting waits until it reconnects: forever, if ZooKeeper
+        is gone.)  Any thread.
         """
         self._deadline = deadline
 
@@ -231,10 +232,10 @@ class ZkClient:
         return result.get(block=False)
 
     def _send(self, path: str | None) -> KazooClient:
-        """The client to send a request with.  :raises ZkUnavailableError: the stop deadline has passed."""
+        """The client to send a request with.  :raises ZkNotSentError: the stop deadline has passed."""
         deadline = self._deadline
         if deadline is not None and deadline.expired():
-            raise errors.ZkUnavailableError("not sent: the stop deadline has passed", path)
+            raise errors.ZkNotSentError("not sent: the stop deadline has passed", path)
         return self.kazoo
 
     def __enter__(self) -> ZkClient:

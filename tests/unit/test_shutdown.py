@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from consumer import ConsumerConfig, Subscription
+from consumer.commits import FinalCommit
 from tests.cli import run_cli
-from zkcoord.broker import BrokerConfig
-from zkcoord.errors import ConfigurationError
-from zkcoord.journal import Journal, read_journal
 from zkcoord.bench.worker import parse_args as worker_args
+from zkcoord.broker import BrokerConfig
+from zkcoord.errors import ConfigurationError, ZkNotSentError, ZkSessionExpiredError, ZkUnavailableError
+from zkcoord.journal import Journal, read_journal
 from zkcoord.shutdown import (
     COMMIT,
     COMMIT_UNKNOWN,
@@ -146,3 +147,34 @@ def test_the_watchdog_ends_a_hung_exit_at_the_deadline_plus_its_grace(finish_aft
         took = time.monotonic() - began
     assert status == EXIT_CLEAN
     assert timeout - 0.1 < took < timeout + EXIT_GRACE_S + 0.15, f"exited {took:.2f} s after the stop began"
+
+
+def test_the_final_commit_is_reported_as_it_went() -> None:
+    """Not run: skipped; sent and unanswered (or still in flight when close() stops waiting): may not have been
+    committed; landed: nothing; and once settled, a late outcome changes nothing and a commit not begun is not sent."""
+
+    def settled(final: FinalCommit) -> StopReport:
+        report = StopReport()
+        final.settle(report, lambda: 5)
+        return report
+
+    assert settled(FinalCommit()).skipped.keys() == {COMMIT} and settled(FinalCommit()).uncommitted == 5
+    in_flight = FinalCommit()
+    assert in_flight.begin(2)
+    report = settled(in_flight)
+    assert report.skipped.keys() == {COMMIT_UNKNOWN} and report.uncommitted == 2
+    in_flight.end(FinalCommit.LANDED)  # too late to change the report: it was journalled
+    assert in_flight.outcome == FinalCommit.SENT and not in_flight.begin(2)
+    for error, step in [
+        (ZkUnavailableError("no answer"), COMMIT_UNKNOWN),
+        (ZkNotSentError("not sent"), COMMIT),
+        (ZkSessionExpiredError("expired"), COMMIT),
+    ]:
+        final = FinalCommit()
+        assert final.begin(2)
+        final.failed(error)
+        assert settled(final).skipped.keys() == {step}
+    landed = FinalCommit()
+    assert landed.begin(2)
+    landed.end(FinalCommit.LANDED)
+    assert settled(landed).complete

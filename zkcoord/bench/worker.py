@@ -207,7 +207,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _shutdown_timeout(text: str) -> float:
     seconds = float(text)
-    if not MIN_TIMEOUT_S <= seconds or hard_bound(seconds) >= KILL_GRACE_S:
+    if not seconds >= MIN_TIMEOUT_S or hard_bound(seconds) >= KILL_GRACE_S:  # NaN too
         raise argparse.ArgumentTypeError(
             f"must be at least {MIN_TIMEOUT_S:g} s and end before the driver's SIGKILL ({KILL_GRACE_S:g} s, "
             f"watchdog margin included), got {text}"
