@@ -27,11 +27,13 @@ from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tail
 from tests.zkutil import ZkFactory
 from zkcoord import paths
 from zkcoord.bench.cluster import WorkerProcess, child_env, tail
-from zkcoord.errors import NoNodeError
+from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.groups import describe_group, list_groups
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE
+from zkcoord.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE, Deadline
 from zkcoord.topics import TopicAdmin
+from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer
 from zkcoord.znodes import CoordinatorInfo
 
@@ -376,3 +378,28 @@ def test_a_final_commit_unanswered_at_the_deadline_may_not_have_been_committed(
         (event,) = [e for e in read_journal(cluster.journal_dir) if e.event == "shutdown.incomplete"]
         assert "commit-unknown" in event.fields["skipped"] and event.fields["uncommitted"] == 2
         wait_until(lambda: _committed(cluster) == [b"20", b"20"], 20, "the commit sent before the deadline to land")
+
+
+# --- every call through the boundary respects the stop deadline ------------------------------------------------------
+
+
+def test_a_transaction_with_its_own_timeout_and_the_group_reads_give_up_at_the_stop_deadline(
+    server: ZkServer, tmp_path: Path
+) -> None:
+    """ZooKeeper paused: a transaction committed with a long timeout of its own, and the pipelined reads of ``group
+    describe`` / ``list`` (30 s each otherwise), end at the client's stop deadline."""
+    with ZkClient(ZkConfig.from_string(server.connect_string)) as zk:
+        zk.ensure_path(paths.GROUPS)
+        txn = zk.transaction()
+        txn.create("/stop-test", b"x")
+        with Outage(server, "paused"):
+            for call in (
+                lambda: txn.commit(timeout=30),
+                lambda: list_groups(zk),
+                lambda: describe_group(zk, "g", tmp_path),
+            ):
+                began = time.monotonic()
+                zk.bound(Deadline.after(0.5))
+                with pytest.raises(ZkUnavailableError):
+                    call()
+                assert time.monotonic() - began < 1.0
