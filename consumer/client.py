@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 
 from consumer import shared
 from consumer.commands import CommandHandler, Rebalance
+from consumer.commits import Closing, FinalCommit
 from consumer.config import ConsumerConfig, new_consumer_id
 from consumer.fetcher import FetchManager
 from consumer.lease import Lease, lease_duration
@@ -48,7 +49,7 @@ from consumer.shared import ConsumerMetrics
 from zkcoord import paths
 from zkcoord.errors import NodeExistsError, NoNodeError, ZkError
 from zkcoord.journal import Journal
-from zkcoord.shutdown import COMMIT, DEREGISTER, SESSION, StopBudget, StopReport
+from zkcoord.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
 from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
@@ -192,8 +193,10 @@ class Consumer:
         In order: nothing is read or handed out any more (at once); on the command thread, after the step it is in:
         commit what ``poll`` returned (S3; skipped while the lease is void), release the partitions (a migrating
         consumer's 0.8 owner znodes too), call ``on_partitions_revoked``; delete the member znode (and the 0.8
-        registration); close the session.  ZooKeeper calls end by ``budget.zookeeper``.  Skipped, a commit means
-        those records are delivered again to the partitions' next owner; a member znode left stays until the
+        registration); close the session.  ZooKeeper calls end by ``budget.zookeeper``.  The report says what the
+        final commit did (:class:`consumer.commits.FinalCommit`): skipped (``commit``) means those records are
+        delivered again to the partitions' next owner; sent but unanswered (``commit-unknown``) that they may be,
+        as the commit may still land; a member znode left stays until the
         session expires, and the coordinator gives the partitions away only then (this consumer fetches nothing
         meanwhile: S2).
         """
@@ -204,13 +207,17 @@ class Consumer:
         self._closing.set()  # the fetcher's gate shuts (_may_deliver): nothing is read or handed out any more
         self.zk.bound(budget.zookeeper)
         self.fetcher.pause("closing")
-        self._events.put(("close", report))
+        final = FinalCommit()
+        self._events.put(("close", Closing(report, final)))
         for thread in self._threads:
             # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
             # and the revoke callback) gets until the session deadline.
             thread.join(timeout=budget.session.remaining())
-        if self._threads and self._threads[0].is_alive():  # the command thread (started first) never got to close
-            report.skip(COMMIT, "the command thread was still busy at the deadline", uncommitted=self.uncommitted())
+        if self._threads and self._threads[0].is_alive():  # the command thread (started first) is still busy
+            log.warning("consumer %s: the command thread is still busy at the stop deadline", self.consumer_id)
+        # What the final commit did, as known now: not run (the command thread was busy before it), landed, failed,
+        # or sent and unanswered -- not whether the command thread happens to be done (a slow revoke callback).
+        final.settle(report, self.uncommitted)
         self.fetcher.close()
         self.resets.close()
         if self.registrations:

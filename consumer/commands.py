@@ -35,13 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from consumer.commits import Commits
+from consumer.commits import Closing, Commits, FinalCommit
 from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
-from zkcoord.shutdown import COMMIT, RELEASE, StopReport
+from zkcoord.shutdown import RELEASE, StopReport
 from zkcoord.zk import ConnState
 from zkcoord.znodes import Command, CommandOption
 
@@ -111,7 +111,7 @@ class CommandHandler:
         while True:
             kind, arg = self.c.next_event()
             if kind == "close":
-                self._on_close(arg if isinstance(arg, StopReport) else StopReport())
+                self._on_close(arg if isinstance(arg, Closing) else Closing(StopReport(), FinalCommit()))
                 return
             try:
                 self._handle(kind, arg)
@@ -158,23 +158,25 @@ class CommandHandler:
         elif kind == "register":
             self._register_again()
 
-    def _on_close(self, report: StopReport) -> None:
+    def _on_close(self, closing: Closing) -> None:
         """The command thread's part of ``close``: commit what was consumed (not once the lease is void: the
-        partitions may be someone else's), stop, release; what fails goes into ``report``, never raises."""
+        partitions may be someone else's), stop, release; the commit's outcome goes into ``closing.commit``, what
+        else fails into ``closing.report``; never raises."""
+        report, final = closing.report, closing.commit
         positions = {**self.commits.unsettled, **self.c.fetcher.positions()}
-        why: object = None
+        pending = self.c.uncommitted(positions)
         if self._lost:
-            why = "session lost"
+            final.end(final.FAILED, "session lost", pending=pending)
         elif not self.c.lease.valid():
-            why = "lease expired: ZooKeeper unreachable"
-        else:
+            final.end(final.FAILED, "lease expired: ZooKeeper unreachable", pending=pending)
+        elif final.begin(pending):
             try:
                 self.commits.quietly(positions)
-            except ZkError as e:
-                why = e
-        if why is not None and (uncommitted := self.c.uncommitted(positions)):
-            log.warning("consumer %s: closing without the final commit: %s", self.c.consumer_id, why)
-            report.skip(COMMIT, why, uncommitted=uncommitted)
+                final.end(final.LANDED)
+            except ZkError as e:  # not sent or refused: failed; sent and unanswered: it may land yet
+                final.failed(e)
+        if final.outcome != final.LANDED and pending:
+            log.warning("consumer %s: closing, final commit %s: %s", self.c.consumer_id, final.outcome, final.why)
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
         try:

@@ -1,5 +1,6 @@
 """The consumer's commits (S3): fenced by the ownership registry, mirrored to Kafka 0.8's offsets for a migrating
-consumer, journalled; and the positions of partitions stopped whose commit has not landed yet.
+consumer, journalled; the positions of partitions stopped whose commit has not landed yet; and the outcome of a
+closing consumer's final commit (:class:`FinalCommit`).
 
 Threads: :meth:`Commits.commit` from any thread (the application's ``commit()``, ``poll()``'s auto-commit through the
 command thread, the command thread); the rest on the command thread.  :attr:`Commits.lock` serialises commits with
@@ -10,10 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from consumer.offsets import OffsetCommitFencedError
 from consumer.records import TopicPartition
+from zkcoord.errors import ZkError, ZkNotSentError, ZkUnavailableError
+from zkcoord.shutdown import COMMIT, COMMIT_UNKNOWN, StopReport
 
 if TYPE_CHECKING:
     from consumer.client import Consumer
@@ -109,3 +114,80 @@ class Commits:
                 partition=tp.partition,
                 offset=offset,
             )
+
+
+def commit_step(error: ZkError) -> str:
+    """The stop step a commit that raised ``error`` skipped: ``commit`` when it cannot have landed (not sent, or
+    refused), ``commit-unknown`` when it was sent and not answered (it may land yet)."""
+    unanswered = isinstance(error, ZkUnavailableError) and not isinstance(error, ZkNotSentError)
+    return COMMIT_UNKNOWN if unanswered else COMMIT
+
+
+class FinalCommit:
+    """The final commit of :meth:`consumer.Consumer.close`: whether it ran and how it ended, as the closing thread
+    sees it when its wait for the command thread is over (S3).
+
+    The command thread calls :meth:`begin` before sending it and :meth:`end` after; ``close()`` calls :meth:`settle`
+    once, which puts into the stop's report exactly what happened -- not run (the command thread was busy with an
+    earlier step), landed, failed, or sent and unanswered ("may not have been committed": a paused ZooKeeper that
+    resumes applies it).  After :meth:`settle` nothing changes what was reported, and a commit not begun is not sent.
+    Thread-safe.
+    """
+
+    NOT_RUN = "not run"
+    SENT = "sent"
+    LANDED = "landed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._settled = False
+        self.outcome = self.NOT_RUN
+        self.why: object = None
+        #: partitions whose consumed position the commit was to write
+        self.pending = 0
+
+    def begin(self, pending: int) -> bool:
+        """About to send a commit of ``pending`` partitions; False if ``close()`` no longer waits (do not send)."""
+        with self._lock:
+            if self._settled:
+                return False
+            self.outcome, self.pending = self.SENT, pending
+            return True
+
+    def end(self, outcome: str, why: object = None, *, pending: int | None = None) -> None:
+        """How it ended (or why it was not tried: ``FAILED`` with the reason), unless already settled."""
+        with self._lock:
+            if not self._settled:
+                self.outcome, self.why = outcome, why
+                if pending is not None:
+                    self.pending = pending
+
+    def settle(self, report: StopReport, busy_uncommitted: Callable[[], int]) -> None:
+        """Report the outcome known now into ``report`` (``busy_uncommitted``: the partitions left uncommitted when
+        the commit never ran).  Closing thread, once."""
+        with self._lock:
+            self._settled = True
+            outcome, why, pending = self.outcome, self.why, self.pending
+        if outcome == self.NOT_RUN:
+            report.skip(COMMIT, "the command thread was still busy at the deadline", uncommitted=busy_uncommitted())
+        elif outcome == self.SENT:
+            report.skip(COMMIT_UNKNOWN, "the final commit was not answered by the deadline", uncommitted=pending)
+        elif outcome == self.UNKNOWN and pending:
+            report.skip(COMMIT_UNKNOWN, why, uncommitted=pending)
+        elif outcome == self.FAILED and pending:
+            report.skip(COMMIT, why, uncommitted=pending)
+
+    def failed(self, error: ZkError) -> None:
+        """The commit raised ``error``: :data:`UNKNOWN` or :data:`FAILED` as :func:`commit_step` says."""
+        self.end(self.UNKNOWN if commit_step(error) == COMMIT_UNKNOWN else self.FAILED, error)
+
+
+@dataclass(frozen=True, slots=True)
+class Closing:
+    """What ``close()`` hands the command thread: the stop's report (release errors go there) and the final commit's
+    outcome."""
+
+    report: StopReport
+    commit: FinalCommit

@@ -66,6 +66,11 @@ class ZkUnavailableError(ZkError):
     retriable = True
 
 
+class ZkNotSentError(ZkUnavailableError):
+    """The request was not sent (the stop deadline had passed): unlike its parent's, its outcome is known -- it did
+    not happen."""
+
+
 class ZkSessionExpiredError(ZkError):
     """The ZooKeeper session expired: every ephemeral node of it is gone and every watch must be set again."""
 

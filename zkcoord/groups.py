@@ -8,10 +8,9 @@ offsets, from which it computes the lag.  :func:`list_groups` summarises every g
 Contract:
 
 - Nothing is written, neither to ZooKeeper nor to disk.
-- ZooKeeper reads are pipelined with kazoo's async calls, one round trip per level of the tree (three for a
-  description, two for a listing), each result translated by :func:`zkcoord.zk.translate`, so failures are the
-  project's typed errors.  A znode deleted between listing and reading is skipped: the view is a best-effort snapshot
-  of a tree that changes while it is read.
+- ZooKeeper reads are pipelined (:meth:`zkcoord.zk.ZkClient.read_many`), one round trip per level of the tree (three
+  for a description, two for a listing); failures are the project's typed errors.  A znode deleted between listing
+  and reading is skipped: the view is a best-effort snapshot of a tree that changes while it is read.
 - Bad data (S7): a malformed member, state, owner or offset znode, a child that is not a valid topic name or
   partition number, or an unreadable partition log never fails the call; each is described, path and reason, in the
   result's ``problems`` and the rest is reported as usual.
@@ -43,7 +42,7 @@ from zkcoord.errors import CodecError, InvalidNameError, LogError, NoNodeError, 
 from zkcoord.names import MAX_PARTITIONS, validate_group, validate_topic
 from zkcoord.offset_reset import ResetRecord, out_of_range
 from zkcoord.partlog import PartitionReader
-from zkcoord.zk import Stat, ZkClient, translate
+from zkcoord.zk import ReadKind, Stat, ZkClient
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, decode_int, decode_owner
 
 #: Reads in flight at once; more are issued as earlier ones complete.
@@ -206,29 +205,18 @@ class GroupSummary:
 
 # --- pipelined reads ------------------------------------------------------------------------------------------------
 
-_Op = tuple[Literal["get", "children"], str]
+_Op = tuple[ReadKind, str]
 
 
 def _read_all(zk: ZkClient, ops: Sequence[_Op]) -> list[Any]:
-    """Run ``ops`` pipelined; return their results in order: ``(data, stat)`` for ``get``, a sorted child list for
-    ``children``, ``None`` for a znode that does not exist.  :raises ZkError: (typed) for any other failure."""
+    """Run ``ops`` pipelined (:meth:`ZkClient.read_many`, :data:`_WINDOW` in flight at once); return their results
+    in order: ``(data, stat)`` for ``get``, a sorted child list for ``children``, ``None`` for a znode that does not
+    exist.  :raises ZkError: (typed) for any other failure."""
     results: list[Any] = []
     for begin in range(0, len(ops), _WINDOW):
         window = ops[begin : begin + _WINDOW]
-        pending = []
-        for kind, path in window:
-            with translate(path):
-                call = zk.kazoo.get_async if kind == "get" else zk.kazoo.get_children_async
-                pending.append(call(path))
-        for (kind, path), async_result in zip(window, pending, strict=True):
-            try:
-                with translate(path):
-                    value = async_result.get(timeout=_READ_TIMEOUT_S)
-            except NoNodeError:
-                value = None
-            if value is not None:
-                value = ((value[0] or b""), value[1]) if kind == "get" else sorted(value)
-            results.append(value)
+        for (kind, _path), value in zip(window, zk.read_many(window, _READ_TIMEOUT_S), strict=True):
+            results.append(sorted(value) if kind == "children" and value is not None else value)
     return results
 
 

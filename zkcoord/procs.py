@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from zkcoord.errors import ZkCoordError
+from zkcoord.shutdown import KILL_GRACE_S
 
 
 class ProcessError(ZkCoordError):
@@ -78,8 +79,9 @@ class ChildProcess:
         except subprocess.TimeoutExpired as e:
             raise ProcessError(f"{' '.join(self.args[3:5])} did not exit within {timeout:g} s") from e
 
-    def terminate(self, timeout: float = 10.0) -> int:
-        """SIGTERM, then SIGKILL after ``timeout``; return the exit status."""
+    def terminate(self, timeout: float = KILL_GRACE_S) -> int:
+        """SIGTERM, then SIGKILL after ``timeout`` (by default after any default ``--shutdown-timeout`` stop is
+        over); return the exit status."""
         if self._proc is None:
             return 0
         if self.alive():

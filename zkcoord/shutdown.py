@@ -8,7 +8,8 @@ shutdown timeout whatever ZooKeeper does (refusing connections, paused, gone).  
    registration -- each ZooKeeper call waiting at most until :attr:`StopBudget.zookeeper`;
 3. close the session, waiting at most until :attr:`StopBudget.session` (a client whose server is gone is abandoned,
    not waited for: ``ZkClient.stop``);
-4. exit, by :attr:`StopBudget.deadline` (the command line's watchdog forces it then, should anything overrun).
+4. exit, by :attr:`StopBudget.deadline` (the command line's watchdog forces it then, should anything overrun; the
+   process is gone at most :data:`EXIT_GRACE_S` after it, whatever its interpreter's exit does).
 
 What could not be done is collected in a :class:`StopReport`: one line for the user, one ``shutdown.incomplete``
 journal event, and the exit status :data:`EXIT_INCOMPLETE` instead of :data:`EXIT_CLEAN`.  Nothing skipped is unsafe:
@@ -30,10 +31,19 @@ from dataclasses import dataclass, field
 from zkcoord.errors import ConfigurationError
 from zkcoord.journal import Journal
 
+#: How long the supervisors around zkcoord wait after SIGTERM before SIGKILL: Docker Compose's default, and the
+#: project's own (:meth:`zkcoord.procs.ChildProcess.terminate`, the benchmark driver's workers).  Every default
+#: below keeps its :func:`hard_bound` under it, so that an orderly stop is never cut short by SIGKILL.
+KILL_GRACE_S = 10.0
+
+#: The watchdog's margin: a stopping process has exited at most this long after its deadline (the forced exit's
+#: journal line, or an interpreter exit that hung, is cut short then).
+EXIT_GRACE_S = 0.25
+
 #: ``--shutdown-timeout`` defaults (seconds).  Kafka's ``close()`` waits up to 30 s; these are shorter so that an
-#: orderly stop finishes before the supervisors around zkcoord give up on it (Docker Compose and ``ChildProcess``
-#: send SIGKILL 10 s after SIGTERM).  A broker has less to do (its coordinator work is not handed over: the next
-#: coordinator waits for its session anyway), so it gets less.
+#: orderly stop finishes before the supervisors around zkcoord give up on it (:data:`KILL_GRACE_S`).  A broker has
+#: less to do (its coordinator work is not handed over: the next coordinator waits for its session anyway), so it
+#: gets less.
 DEFAULT_BROKER_TIMEOUT_S = 5.0
 DEFAULT_CONSUMER_TIMEOUT_S = 8.0
 MIN_TIMEOUT_S = 0.5
@@ -48,6 +58,9 @@ EXIT_SIGNAL_BASE = 128
 
 # What a stop may have to skip, and what follows from it (the report's and the journal's vocabulary).
 COMMIT = "commit"
+#: the final commit was sent but not answered by the deadline: it may land later (a paused ZooKeeper that resumes
+#: applies it) or never
+COMMIT_UNKNOWN = "commit-unknown"
 RELEASE = "release"
 DEREGISTER = "deregister"
 SESSION = "session-close"
@@ -55,6 +68,8 @@ UNFINISHED = "unfinished"
 
 CONSEQUENCES = {
     COMMIT: "offsets not committed: records consumed since the last commit are delivered again",
+    COMMIT_UNKNOWN: "offsets may not have been committed (sent, unanswered by the deadline: it may still land): "
+    "records consumed since the last commit may be delivered again",
     RELEASE: "owner znodes left until the session expires",
     DEREGISTER: "registration left until the session expires (the group or cluster reacts then)",
     SESSION: "session not closed: its ephemeral znodes stay until ZooKeeper expires it",
@@ -70,15 +85,22 @@ def validate_timeout(seconds: float) -> None:
         )
 
 
+def hard_bound(timeout_s: float) -> float:
+    """How long after the stop was asked for a process with ``timeout_s`` has exited at the latest (the watchdog's
+    guarantee): a supervisor must wait at least this long before SIGKILL."""
+    return timeout_s + EXIT_GRACE_S
+
+
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """A moment on a monotonic clock."""
+    """A moment on a monotonic clock (``at``, in ``clock``'s seconds).  Immutable: any thread."""
 
     at: float
     clock: Callable[[], float] = time.monotonic
 
     @classmethod
     def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        """The moment ``seconds`` from now on ``clock``."""
         return cls(clock() + seconds, clock)
 
     def remaining(self) -> float:
@@ -86,9 +108,11 @@ class Deadline:
         return max(0.0, self.at - self.clock())
 
     def expired(self) -> bool:
+        """Whether the moment has come (``remaining()`` is 0)."""
         return self.clock() >= self.at
 
     def earlier(self, seconds: float) -> Deadline:
+        """The moment ``seconds`` before this one, on the same clock (may be in the past)."""
         return Deadline(self.at - seconds, self.clock)
 
 
@@ -119,6 +143,7 @@ class StopBudget:
         )
 
     def elapsed(self) -> float:
+        """Seconds since the stop was asked for (the ``elapsed_ms`` of ``shutdown.incomplete``)."""
         return self.deadline.clock() - self.started
 
 
@@ -139,8 +164,15 @@ class StopReport:
             self.uncommitted += uncommitted
 
     def merge(self, other: StopReport) -> None:
-        for step, why in other.skipped.items():
-            self.skip(step, why, uncommitted=other.uncommitted if step == COMMIT else 0)
+        """Add what ``other`` skipped (a process stopping several consumers reports them as one); ``other`` is read
+        under its own lock, then this one's taken: never both at once."""
+        with other._lock:
+            items = dict(other.skipped)
+            uncommitted = other.uncommitted
+        with self._lock:
+            for step, why in items.items():
+                self.skipped.setdefault(step, why)
+            self.uncommitted += uncommitted
 
     @property
     def complete(self) -> bool:

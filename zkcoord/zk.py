@@ -1,6 +1,10 @@
-"""The ZooKeeper boundary: the one module that creates kazoo clients and sees kazoo's exceptions.
+"""The ZooKeeper boundary: this module and its helper :mod:`zkcoord.zk_handler` are the only ones of the product
+(``zkcoord``, ``consumer``) that import kazoo.  This one creates kazoo clients, sends every request and translates
+kazoo's exceptions; ``zk_handler`` holds kazoo's threading handler and closes a client (catching kazoo's exceptions
+of ``stop()``/``close()`` itself, and raising nothing).  The :attr:`ZkClient.kazoo` property is for tests (forcing a
+session expiry); ``benchmarks/scale`` speaks ZooKeeper's wire protocol on its own, outside the product.
 
-Everything above this module talks to :class:`ZkClient` and catches the project's own errors
+Everything above these modules talks to :class:`ZkClient` and catches the project's own errors
 (:mod:`zkcoord.errors`).  The translation is done in a single context manager, :func:`translate`, so every
 operation maps failures the same way:
 
@@ -32,7 +36,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
@@ -60,6 +64,9 @@ __all__ = [
     "translate",
 ]
 
+
+#: what :meth:`ZkClient.read_many` reads of a znode: its data, or its children
+ReadKind = Literal["get", "children"]
 
 _STATE_MAP = {KazooState.CONNECTED: ConnState.CONNECTED, KazooState.SUSPENDED: ConnState.SUSPENDED}
 
@@ -132,10 +139,13 @@ class Transaction:
         return len(self._paths)
 
     def commit(self, timeout: float | None = None) -> list[Any]:
-        """Commit; return kazoo's per-op results (created paths, stats, ``True``).
+        """Commit; return kazoo's per-op results (created paths, stats, ``True``).  Waits for the reply at most
+        ``timeout`` seconds (default: as any call, until it comes), and never past the client's :meth:`ZkClient.bound`
+        deadline.
 
         :raises ZkError: subclass for the first failing operation; :class:`ZkUnavailableError` if the outcome is
-            unknown because the connection was lost (the caller must find out whether it landed before retrying).
+            unknown because the connection was lost or no reply came in time (the caller must find out whether it
+            landed before retrying).
         """
         return self.commit_end(self.commit_begin(), timeout)
 
@@ -148,7 +158,7 @@ class Transaction:
         """Wait for a transaction sent by :meth:`commit_begin`; same results and errors as :meth:`commit`."""
         path = self._paths[0] if self._paths else None
         with translate(path):
-            results: list[Any] = pending.get(timeout=timeout) if timeout is not None else self._wait(pending, path)
+            results: list[Any] = self._wait(pending, path, timeout)
         for path, result in zip(self._paths, results, strict=True):
             # Ops before the failing one report RolledBackError, ops after it RuntimeInconsistency: the first
             # error that is neither names the op that failed.
@@ -211,30 +221,34 @@ class ZkClient:
     def bound(self, deadline: Deadline) -> None:
         """Bound every call by ``deadline`` from now on, calls already waiting included: the process is stopping.
 
-        A call whose reply has not come by then raises :class:`ZkUnavailableError`, and a call made after it raises
-        at once without being sent.  (Unbounded, a call made while the client is reconnecting waits until it
-        reconnects: forever, if ZooKeeper is gone.)  Any thread.
+        A call whose reply has not come by then raises :class:`ZkUnavailableError` (it may still be applied, should
+        the server get it), and a call made after it raises :class:`ZkNotSentError` at once without being sent.
+        (Unbounded, a call made while the client is reconnecting waits until it reconnects: forever, if ZooKeeper
+        is gone.)  Any thread.
         """
         self._deadline = deadline
 
-    def _wait(self, result: Any, path: str | None) -> Any:
-        """The reply of a request sent, or its kazoo error, waiting at most until the :meth:`bound` deadline."""
+    def _wait(self, result: Any, path: str | None, timeout: float | None = None) -> Any:
+        """The reply of a request sent, or its kazoo error, waiting at most until the :meth:`bound` deadline (and at
+        most ``timeout`` seconds).  :raises ZkUnavailableError: no reply by then (the request may still be applied)."""
+        own = None if timeout is None else Deadline.after(timeout)
         while not result.ready():
+            if own is not None and own.expired():
+                raise errors.ZkUnavailableError(f"ZooKeeper did not answer within {timeout:g} s", path)
+            left = own.remaining() if own is not None else _WAIT_SLICE_S
             deadline = self._deadline
-            if deadline is None:
-                result.wait(_WAIT_SLICE_S)  # in slices, so a deadline set meanwhile is seen
-                continue
-            left = deadline.remaining()
-            if left <= 0:
-                raise errors.ZkUnavailableError("ZooKeeper did not answer before the stop deadline", path)
-            result.wait(min(_WAIT_SLICE_S, left))
+            if deadline is not None:
+                if deadline.expired():
+                    raise errors.ZkUnavailableError("ZooKeeper did not answer before the stop deadline", path)
+                left = min(left, deadline.remaining())
+            result.wait(min(_WAIT_SLICE_S, left))  # in slices, so a deadline set meanwhile is seen
         return result.get(block=False)
 
     def _send(self, path: str | None) -> KazooClient:
-        """The client to send a request with.  :raises ZkUnavailableError: the stop deadline has passed."""
+        """The client to send a request with.  :raises ZkNotSentError: the stop deadline has passed."""
         deadline = self._deadline
         if deadline is not None and deadline.expired():
-            raise errors.ZkUnavailableError("not sent: the stop deadline has passed", path)
+            raise errors.ZkNotSentError("not sent: the stop deadline has passed", path)
         return self.kazoo
 
     def __enter__(self) -> ZkClient:
@@ -281,7 +295,8 @@ class ZkClient:
 
     @property
     def kazoo(self) -> KazooClient:
-        """The underlying kazoo client, for the few recipes this module does not wrap.  Raises if not started."""
+        """The underlying kazoo client, for tests (nothing in the product uses it: requests go through the methods
+        below, bounded by :meth:`bound`).  Raises if not started."""
         if self._kazoo is None:
             raise errors.ZkError(f"{self.name}: ZooKeeper client is not started")
         return self._kazoo
@@ -429,6 +444,28 @@ class ZkClient:
                 out.append(None)
                 continue
             out.append((data or b"", stat))
+        return out
+
+    def read_many(self, reads: Sequence[tuple[ReadKind, str]], timeout: float | None = None) -> list[Any]:
+        """Run ``reads`` (``("get", path)`` or ``("children", path)``) in one pipelined burst; return their results in
+        order: ``(data, stat)`` for ``get``, the child list for ``children``, ``None`` for an absent znode.  Each
+        reply waited for at most ``timeout`` s (and never past the :meth:`bound` deadline).
+
+        :raises ZkError: (typed) for any other failure, :class:`ZkUnavailableError` for a reply not in time.
+        """
+        kazoo = self._send(reads[0][1] if reads else None)
+        pending = [
+            (kind, path, kazoo.get_async(path) if kind == "get" else kazoo.get_children_async(path))
+            for kind, path in reads
+        ]
+        out: list[Any] = []
+        for kind, path, result in pending:
+            try:
+                with translate(path):
+                    value = self._wait(result, path, timeout)
+            except errors.NoNodeError:
+                value = None
+            out.append(value if value is None or kind == "children" else ((value[0] or b""), value[1]))
         return out
 
     def children_many(

@@ -7,6 +7,8 @@ worker with 25 consumers, a broker) that bookkeeping was half of the process's C
 500 partitions: ``selector_select`` 49 % of active samples).  ``poll()`` needs no kernel object: registering is a
 dictionary insert and the wait is one system call, and unlike ``select()`` it has no limit on descriptor numbers.
 
+Part of the ZooKeeper boundary (:mod:`zkcoord.zk`): with it, the only module of the product that imports kazoo.
+
 Same contract as kazoo's :class:`~kazoo.handlers.threading.SequentialThreadingHandler`, which this only narrows;
 the ``selectors_module`` hook it uses is kazoo's own (``kazoo.handlers.utils.selector_select``).
 """
@@ -29,8 +31,9 @@ from kazoo.protocol.serialization import Connect
 
 log = logging.getLogger(__name__)
 
-#: ``wait(async_result, path) -> value``: how :class:`zkcoord.zk.ZkClient` waits for a reply (bounded when stopping).
-Waiter = Callable[[Any, str | None], Any]
+#: ``wait(async_result, path, timeout) -> value``: how :class:`zkcoord.zk.ZkClient` waits for a reply (at most
+#: ``timeout`` s when not None, and never past its stop deadline).
+Waiter = Callable[[Any, str | None, float | None], Any]
 
 
 class _PollSelectors:

@@ -10,6 +10,7 @@ same data), the rest of the group converges, everything produced is consumed, an
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -17,15 +18,22 @@ from pathlib import Path
 
 import pytest
 
+from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from consumer.client import PartitionsCallback
+from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run, _id
+from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
 from tests.zkutil import ZkFactory
 from zkcoord import paths
-from zkcoord.errors import NoNodeError
-from zkcoord.journal import JournalEvent, read_journal
+from zkcoord.bench.cluster import WorkerProcess, child_env, tail
+from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.groups import describe_group, list_groups
+from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.shutdown import EXIT_CLEAN, EXIT_INCOMPLETE
+from zkcoord.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE, Deadline
 from zkcoord.topics import TopicAdmin
+from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer
 from zkcoord.znodes import CoordinatorInfo
 
@@ -218,3 +226,180 @@ def test_a_second_signal_exits_at_once(run: Run, server: ZkServer, signum: signa
     assert status == 128 + signum, victim.tail(3)
     assert took < 1.0, f"took {took:.2f} s after the second signal"
     assert "second signal, exiting now" in victim.tail(2)
+
+
+# --- the benchmark worker: many consumers in one process, stopped as one ------------------------------------------
+
+
+def _worker(run: Run, protocol: str, shutdown: float) -> WorkerProcess:
+    """A benchmark worker (the driver's own class) with two consumers of group ``g`` joined."""
+    args = ["--protocol", protocol, "--zk", run.hosts, "--data-dir", str(run.data), "--journal", str(run.journal)]
+    args += ["--session-timeout", SESSION, "--shutdown-timeout", str(shutdown)]
+    worker = WorkerProcess(0, args, run.root / "worker.log", child_env(run.root)).start()
+    run.stack.callback(worker.stop, 1.0)
+    assert len(worker.call({"op": "add", "group": "g", "topic": "t", "count": 2}, 30)["consumers"]) == 2
+    return worker
+
+
+def _members(run: Run) -> list[str]:
+    try:
+        return run.zk.get_children(paths.group_ids("g"))
+    except NoNodeError:
+        return []
+
+
+@pytest.mark.parametrize(
+    ("protocol", "how"), [("coordinator", "stopped"), ("coordinator", "paused"), ("zk-client", "stopped")]
+)
+def test_the_benchmark_worker_stops_within_its_deadline_while_zookeeper_is_out(
+    run: Run, server: ZkServer, protocol: str, how: str
+) -> None:
+    """The worker closes its consumers within one budget: it exits 3 in time, each consumer journals what it skipped,
+    and the registrations it could not delete go with its sessions once ZooKeeper is back."""
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 4)
+    worker = _worker(run, protocol, SHUTDOWN_S)
+    if protocol == "coordinator":
+        run.wait_members("g", 2)
+    with Outage(server, how):
+        began = time.monotonic()
+        worker.proc.send_signal(signal.SIGTERM)
+        status = worker.proc.wait(SHUTDOWN_S + 10)
+        took = time.monotonic() - began
+    print(f"worker ({protocol}, ZooKeeper {how}): exit {status} after {took:.2f} s")
+    assert status == EXIT_INCOMPLETE, tail(worker.log_path)
+    assert took < SHUTDOWN_S + EXIT_MARGIN_S, f"took {took:.2f} s to stop, allowed {SHUTDOWN_S} s"
+    events = _events(run, worker.pid, "shutdown.incomplete")
+    assert len(events) == 2 and all("deregister" in e.fields["skipped"] for e in events), events
+    assert all("forced" not in e.fields for e in events)
+    assert [e.fields["reason"] for e in _events(run, worker.pid, "process.stopped")] == ["signal"]
+    assert "stop incomplete" in worker.log_path.read_text(errors="replace")
+    if protocol == "coordinator":
+        wait_until(lambda: _members(run) == [], 30, "the worker's member znodes to expire with its sessions")
+
+
+def test_the_benchmark_worker_stops_cleanly_with_zookeeper_alive_and_at_once_on_a_second_signal(
+    run: Run, server: ZkServer
+) -> None:
+    _broker(run, 1)
+    TopicAdmin(run.zk).create("t", 4)
+    worker = _worker(run, "coordinator", SHUTDOWN_S)
+    run.wait_members("g", 2)
+    began = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    status = worker.proc.wait(SHUTDOWN_S + 10)
+    took = time.monotonic() - began
+    print(f"worker (coordinator, ZooKeeper alive): exit {status} after {took:.2f} s")
+    assert status == EXIT_CLEAN, tail(worker.log_path)
+    assert _events(run, worker.pid, "shutdown.incomplete") == [] and _members(run) == []
+
+    stubborn = _worker(run, "coordinator", 8.0)
+    with Outage(server, "stopped"):
+        stubborn.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: "stopping (within 8 s" in stubborn.log_path.read_text(errors="replace"), 10, "the stop")
+        began = time.monotonic()
+        stubborn.proc.send_signal(signal.SIGTERM)
+        status = stubborn.proc.wait(10)
+        took = time.monotonic() - began
+    assert status == 128 + signal.SIGTERM, tail(stubborn.log_path)
+    assert took < 1.0, f"took {took:.2f} s after the second signal"
+
+
+# --- the final commit: reported as it happened ----------------------------------------------------------------------
+
+
+def _polled(
+    server: ZkServer, root: Path, stack: ExitStack, session_s: float, on_revoked: PartitionsCallback | None
+) -> tuple[Cluster, Consumer]:
+    """A broker and an in-process consumer of ``t`` (2 partitions, 20 records each) that polled everything,
+    committed nothing, and has no command left to apply."""
+    cluster = Cluster(server.connect_string, root / "journal", stack)
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    produce(root / "data", "t", 2, 20)
+    config = ConsumerConfig(
+        "g", Subscription.static({"t": 1}), cluster.hosts, root / "data", session_timeout_s=session_s, auto_commit=False
+    )
+    consumer = Consumer(config, journal=Journal(cluster.journal_dir, "consumer"), on_partitions_revoked=on_revoked)
+    stack.enter_context(consumer)
+    assert len(drain(consumer, 40)) == 40
+    # Quiet: every command applied and acknowledged, so the close is the next thing the command thread does.
+    cluster.wait_stable("g", 1)
+    channel = paths.channel("g", consumer.consumer_id)
+    wait_until(lambda: cluster.admin_zk.get_children(channel) == [], 10, "every command acknowledged")
+    return cluster, consumer
+
+
+def _committed(cluster: Cluster) -> list[bytes | None]:
+    def offset(p: int) -> bytes | None:
+        try:
+            return cluster.admin_zk.get(paths.offset("g", "t", p))[0]
+        except NoNodeError:
+            return None
+
+    return [offset(p) for p in range(2)]
+
+
+def test_a_slow_revoke_callback_does_not_turn_a_landed_commit_into_a_skipped_one(
+    server: ZkServer, tmp_path: Path
+) -> None:
+    """The command thread is still in on_partitions_revoked at the deadline, after its final commit landed: the
+    report says what was left undone (deregistering, which comes after the callback), not that the commit was."""
+    callback_may_return = threading.Event()
+
+    def slow(partitions: list[TopicPartition]) -> None:  # the join's stop revokes nothing: only the close's is slow
+        if partitions:
+            callback_may_return.wait(10)
+
+    with ExitStack() as stack:
+        stack.callback(callback_may_return.set)
+        cluster, consumer = _polled(server, tmp_path, stack, 4.0, slow)
+        began = time.monotonic()
+        report = consumer.close(timeout=1.0)
+        assert time.monotonic() - began < 1.0
+        # The callback held the command thread past the ZooKeeper deadline, so deregistering came too late: that is
+        # reported; the commit, which landed, is not.
+        assert COMMIT not in report.skipped and COMMIT_UNKNOWN not in report.skipped, report.skipped
+        assert report.uncommitted == 0 and "deregister" in report.skipped
+        assert _committed(cluster) == [b"20", b"20"]
+
+
+def test_a_final_commit_unanswered_at_the_deadline_may_not_have_been_committed(
+    server: ZkServer, tmp_path: Path
+) -> None:
+    """ZooKeeper paused while the lease still holds: the final commit is sent and not answered by the deadline.  The
+    report says it may not have been committed (not that it was not): once ZooKeeper resumes, it lands."""
+    with ExitStack() as stack:
+        cluster, consumer = _polled(server, tmp_path, stack, 6.0, None)
+        with Outage(server, "paused"):
+            report = consumer.close(timeout=1.0)
+        assert COMMIT_UNKNOWN in report.skipped and COMMIT not in report.skipped, report.skipped
+        assert report.uncommitted == 2 and "may not have been committed" in report.summary(1.0)
+        (event,) = [e for e in read_journal(cluster.journal_dir) if e.event == "shutdown.incomplete"]
+        assert "commit-unknown" in event.fields["skipped"] and event.fields["uncommitted"] == 2
+        wait_until(lambda: _committed(cluster) == [b"20", b"20"], 20, "the commit sent before the deadline to land")
+
+
+# --- every call through the boundary respects the stop deadline ------------------------------------------------------
+
+
+def test_a_transaction_with_its_own_timeout_and_the_group_reads_give_up_at_the_stop_deadline(
+    server: ZkServer, tmp_path: Path
+) -> None:
+    """ZooKeeper paused: a transaction committed with a long timeout of its own, and the pipelined reads of ``group
+    describe`` / ``list`` (30 s each otherwise), end at the client's stop deadline."""
+    with ZkClient(ZkConfig.from_string(server.connect_string)) as zk:
+        zk.ensure_path(paths.GROUPS)
+        txn = zk.transaction()
+        txn.create("/stop-test", b"x")
+        with Outage(server, "paused"):
+            for call in (
+                lambda: txn.commit(timeout=30),
+                lambda: list_groups(zk),
+                lambda: describe_group(zk, "g", tmp_path),
+            ):
+                began = time.monotonic()
+                zk.bound(Deadline.after(0.5))
+                with pytest.raises(ZkUnavailableError):
+                    call()
+                assert time.monotonic() - began < 1.0

@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from consumer import ConsumerConfig, Subscription
+from consumer.commits import FinalCommit
 from tests.cli import run_cli
+from zkcoord.bench.worker import parse_args as worker_args
 from zkcoord.broker import BrokerConfig
-from zkcoord.errors import ConfigurationError
+from zkcoord.errors import ConfigurationError, ZkNotSentError, ZkSessionExpiredError, ZkUnavailableError
 from zkcoord.journal import Journal, read_journal
-from zkcoord.shutdown import COMMIT, DEREGISTER, EXIT_CLEAN, EXIT_INCOMPLETE, StopBudget, StopReport
+from zkcoord.shutdown import (
+    COMMIT,
+    COMMIT_UNKNOWN,
+    DEFAULT_BROKER_TIMEOUT_S,
+    DEFAULT_CONSUMER_TIMEOUT_S,
+    DEREGISTER,
+    EXIT_CLEAN,
+    EXIT_GRACE_S,
+    EXIT_INCOMPLETE,
+    KILL_GRACE_S,
+    StopBudget,
+    StopReport,
+    hard_bound,
+)
 from zkcoord.zk import ZkConfig
 
 
@@ -70,3 +90,91 @@ def test_the_cli_refuses_a_shutdown_timeout_out_of_range_and_documents_the_flag(
     assert refused.returncode == 2 and "--shutdown-timeout" in refused.stderr
     helped = run_cli(*command[:1], "--help")
     assert "--shutdown-timeout" in helped.stdout and "exits 3" in helped.stdout.replace("\n", " ")
+
+
+def test_a_merged_report_holds_what_each_skipped() -> None:
+    ours, theirs, clean = StopReport(), StopReport(), StopReport()
+    ours.skip(COMMIT, "lease expired", uncommitted=1)
+    theirs.skip(COMMIT_UNKNOWN, "no answer", uncommitted=2)
+    theirs.skip(DEREGISTER, "no answer")
+    ours.merge(theirs)
+    ours.merge(clean)
+    assert list(ours.skipped) == [COMMIT, COMMIT_UNKNOWN, DEREGISTER] and ours.uncommitted == 3
+    assert ours.skipped[COMMIT] == "lease expired"
+    assert "may not have been committed" in ours.summary(8.0)
+
+
+def test_every_default_stop_ends_before_a_supervisor_kills() -> None:
+    """The supervisors' SIGKILL (ChildProcess, the benchmark driver, Docker Compose) comes after KILL_GRACE_S: every
+    default stop, watchdog margin included, is over by then; and the worker refuses a timeout that would not be."""
+    for timeout in (DEFAULT_BROKER_TIMEOUT_S, DEFAULT_CONSUMER_TIMEOUT_S, worker_args(_WORKER).shutdown_timeout):
+        assert hard_bound(timeout) < KILL_GRACE_S
+    with pytest.raises(SystemExit):
+        worker_args([*_WORKER, "--shutdown-timeout", str(KILL_GRACE_S)])
+
+
+_WORKER = ["--protocol", "coordinator", "--zk", "127.0.0.1:1", "--data-dir", "d", "--journal", "j"]
+
+#: A process whose stop finishes late in its budget, then whose exit hangs (a non-daemon thread that never ends).
+_HANGS_AFTER_FINISH = """
+import sys, threading, time
+from zkcoord.cli.stopping import SignalStop
+from zkcoord.shutdown import StopReport
+stop = SignalStop("hang", float(sys.argv[1]))
+stop.begin()
+time.sleep(float(sys.argv[2]))
+stop.finish(StopReport())
+threading.Thread(target=threading.Event().wait).start()
+"""
+
+
+@pytest.mark.parametrize("finish_after", [0.1, 1.7])
+def test_the_watchdog_ends_a_hung_exit_at_the_deadline_plus_its_grace(finish_after: float) -> None:
+    """However late in the budget finish() came, the process is gone by the deadline plus EXIT_GRACE_S (counted from
+    the stop's start: the line begin() prints), with the status finish() decided."""
+    timeout = 2.0
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_HANGS_AFTER_FINISH), str(timeout), str(finish_after)],
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    ) as proc:
+        assert proc.stderr is not None
+        assert "stopping (within 2 s" in proc.stderr.readline()
+        began = time.monotonic()
+        status = proc.wait(timeout + 5)
+        took = time.monotonic() - began
+    assert status == EXIT_CLEAN
+    assert timeout - 0.1 < took < timeout + EXIT_GRACE_S + 0.15, f"exited {took:.2f} s after the stop began"
+
+
+def test_the_final_commit_is_reported_as_it_went() -> None:
+    """Not run: skipped; sent and unanswered (or still in flight when close() stops waiting): may not have been
+    committed; landed: nothing; and once settled, a late outcome changes nothing and a commit not begun is not sent."""
+
+    def settled(final: FinalCommit) -> StopReport:
+        report = StopReport()
+        final.settle(report, lambda: 5)
+        return report
+
+    assert settled(FinalCommit()).skipped.keys() == {COMMIT} and settled(FinalCommit()).uncommitted == 5
+    in_flight = FinalCommit()
+    assert in_flight.begin(2)
+    report = settled(in_flight)
+    assert report.skipped.keys() == {COMMIT_UNKNOWN} and report.uncommitted == 2
+    in_flight.end(FinalCommit.LANDED)  # too late to change the report: it was journalled
+    assert in_flight.outcome == FinalCommit.SENT and not in_flight.begin(2)
+    for error, step in [
+        (ZkUnavailableError("no answer"), COMMIT_UNKNOWN),
+        (ZkNotSentError("not sent"), COMMIT),
+        (ZkSessionExpiredError("expired"), COMMIT),
+    ]:
+        final = FinalCommit()
+        assert final.begin(2)
+        final.failed(error)
+        assert settled(final).skipped.keys() == {step}
+    landed = FinalCommit()
+    assert landed.begin(2)
+    landed.end(FinalCommit.LANDED)
+    assert settled(landed).complete

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from zkcoord.errors import ZkCoordError
+from zkcoord.shutdown import KILL_GRACE_S
 
 
 class BenchError(ZkCoordError):
@@ -133,15 +134,16 @@ class WorkerProcess:
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)  # its stop ends before KILL_GRACE_S (the worker checks)
                 try:
-                    proc.wait(timeout=5.0)
+                    proc.wait(timeout=KILL_GRACE_S)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        if proc.stdout is not None:
-            with contextlib.suppress(OSError):
-                proc.stdout.close()
+        for stream in (proc.stdin, proc.stdout):  # the driver's ends of the pipes, whoever ended the worker
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -2,7 +2,7 @@
 
     python -m zkcoord.bench.worker --protocol coordinator|incremental|zk-client --zk HOST:PORT[/chroot] \\
         --data-dir DIR --journal DIR --index N [--session-timeout 6] [--legacy-backoff 2.0] [--legacy-retries 4] \\
-        [--max-poll-records 50]
+        [--max-poll-records 50] [--shutdown-timeout 8]
 
 The consumers are the real ones (:class:`consumer.Consumer`, created with ``rebalance="incremental"`` for the
 ``incremental`` protocol, or :class:`consumer.legacy.LegacyConsumer`), sharing one journal,
@@ -20,7 +20,13 @@ and reads one JSON reply line per command on its standard output (logging goes t
 
 ``add`` starts the consumers one after the other (``start()`` returns once the member znode exists); ``remove``
 closes one (it deregisters).  A failure is answered ``{"ok": false, "error": "..."}`` and the worker carries on.
-End of input, ``quit`` and SIGTERM close every consumer, in parallel, and exit 0.
+
+End of input, ``quit``, SIGTERM and SIGINT stop the worker as ``zkcoord consume`` stops (docs/consumer.md,
+"Stopping"; :class:`zkcoord.cli.stopping.SignalStop`): every consumer is closed, in parallel, within one budget of
+``--shutdown-timeout`` seconds whatever ZooKeeper does; each consumer journals ``shutdown.incomplete`` for what it
+skipped.  Exit 0 when every close was complete, 3 when one was not (one ``Warning:`` line says what), ``128 +
+signal`` on a second signal (at once).  The timeout is refused unless the stop ends (watchdog margin included) before
+the driver's SIGKILL (:data:`zkcoord.shutdown.KILL_GRACE_S` after its SIGTERM).
 """
 
 from __future__ import annotations
@@ -29,37 +35,53 @@ import argparse
 import contextlib
 import json
 import logging
-import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 from consumer import Consumer, ConsumerConfig, Subscription
 from consumer.legacy import LegacyConfig, LegacyConsumer
+from zkcoord.cli.stopping import SignalStop
 from zkcoord.errors import ZkCoordError
 from zkcoord.journal import Journal, process_started
+from zkcoord.shutdown import (
+    DEFAULT_CONSUMER_TIMEOUT_S,
+    KILL_GRACE_S,
+    MIN_TIMEOUT_S,
+    UNFINISHED,
+    StopBudget,
+    StopReport,
+    hard_bound,
+)
 
 log = logging.getLogger("zkcoord.bench.worker")
 
 PROTOCOLS = ("coordinator", "incremental", "zk-client")
-#: How long closing one consumer may take, whatever ZooKeeper does (its close() budget).
-CLOSE_TIMEOUT_S = 10.0
+
+#: How often the main thread looks whether the commands ended while it waits for them or for a signal (its signal
+#: handlers run between these waits).
+_WAIT_SLICE_S = 0.2
 
 AnyConsumer = Consumer | LegacyConsumer
 
 
-class Stopped(Exception):  # a signal, not an error
-    """SIGTERM arrived: close everything and exit 0."""
-
-
 class Worker:
-    """The consumers of one worker process, by id."""
+    """The consumers of one worker process, by id.  :meth:`handle` runs on the command thread, :meth:`close_all` on
+    the main thread; the lock keeps a consumer started meanwhile from escaping the stop."""
 
     def __init__(self, args: argparse.Namespace, journal: Journal) -> None:
         self.args = args
         self.journal = journal
         self.consumers: dict[str, AnyConsumer] = {}
+        #: what the stop skipped, every consumer's (filled by close_all and by an add the stop overtook)
+        self.report = StopReport()
+        #: cleared while a command runs
+        self.idle = threading.Event()
+        self.idle.set()
+        self._lock = threading.Lock()
+        self._stopping: StopBudget | None = None
 
     def new_consumer(self, group: str, topic: str) -> AnyConsumer:
         config = ConsumerConfig(
@@ -92,29 +114,43 @@ class Worker:
                 except BaseException:
                     # whatever start() got to: threads, session
                     with contextlib.suppress(ZkCoordError, OSError, RuntimeError):
-                        consumer.close(timeout=CLOSE_TIMEOUT_S)
+                        consumer.close(timeout=self.args.shutdown_timeout)
                     raise
-                self.consumers[consumer.consumer_id] = consumer
+                with self._lock:
+                    stopping = self._stopping
+                    if stopping is None:
+                        self.consumers[consumer.consumer_id] = consumer
+                if stopping is not None:  # the stop began while it started: closed within the same budget
+                    self.report.merge(consumer.close(budget=stopping))
+                    raise RuntimeError("the worker is stopping")
                 started.append(consumer.consumer_id)
             return {"ok": True, "consumers": started}
         if op == "remove":
             consumer_id = str(command["consumer"])
             if consumer_id not in self.consumers:
                 return {"ok": False, "error": f"no consumer {consumer_id} in this worker"}
-            self.consumers.pop(consumer_id).close(timeout=CLOSE_TIMEOUT_S)
+            self.consumers.pop(consumer_id).close(timeout=self.args.shutdown_timeout)
             return {"ok": True, "consumer": consumer_id}
         return {"ok": False, "error": f"unknown command {op!r}"}
 
-    def close_all(self) -> None:
-        consumers, self.consumers = list(self.consumers.values()), {}
-        if not consumers:
-            return
-        with ThreadPoolExecutor(max_workers=min(32, len(consumers)), thread_name_prefix="close") as pool:
-            for future in [pool.submit(c.close, CLOSE_TIMEOUT_S) for c in consumers]:
-                try:
-                    future.result()
-                except (ZkCoordError, OSError, RuntimeError):  # keep closing the others
-                    log.exception("closing a consumer failed")
+    def close_all(self, budget: StopBudget) -> StopReport:
+        """Close every consumer in parallel within ``budget`` (each journals what it skipped) and return what they
+        skipped together, with a command still running at ``budget.session`` as ``unfinished``.  Main thread;
+        blocks until ``budget.session`` at most."""
+        with self._lock:
+            self._stopping = budget
+            consumers, self.consumers = list(self.consumers.values()), {}
+        if consumers:
+            with ThreadPoolExecutor(max_workers=min(32, len(consumers)), thread_name_prefix="close") as pool:
+                for future in [pool.submit(c.close, budget=budget) for c in consumers]:
+                    try:
+                        self.report.merge(future.result())
+                    except (ZkCoordError, OSError, RuntimeError) as e:  # keep closing the others
+                        log.exception("closing a consumer failed")
+                        self.report.skip(UNFINISHED, e)
+        if not self.idle.wait(budget.session.remaining()):
+            self.report.skip(UNFINISHED, "a command was still running at the stop deadline")
+        return self.report
 
 
 def reply(out: TextIO, message: dict[str, Any]) -> None:
@@ -138,10 +174,13 @@ def serve(worker: Worker, inp: TextIO, out: TextIO) -> None:
         if command.get("op") == "quit":
             reply(out, {"ok": True, "op": "quit"})
             return
+        worker.idle.clear()
         try:
             answer = worker.handle(command)
         except (ZkCoordError, KeyError, ValueError, RuntimeError) as e:
             answer = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        finally:
+            worker.idle.set()
         reply(out, {"op": command.get("op"), **answer})
 
 
@@ -156,32 +195,55 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--legacy-backoff", type=float, default=2.0)
     parser.add_argument("--legacy-retries", type=int, default=4)
     parser.add_argument("--max-poll-records", type=int, default=50)
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=_shutdown_timeout,
+        default=DEFAULT_CONSUMER_TIMEOUT_S,
+        help=f"seconds the stop may take, whatever ZooKeeper does (default %(default)g; below {KILL_GRACE_S:g} s, "
+        "the driver's SIGKILL, with the watchdog's margin); exit 3 if a consumer's close skipped steps",
+    )
     return parser.parse_args(argv)
 
 
-def _on_sigterm(_signum: int, _frame: object) -> NoReturn:
-    raise Stopped
+def _shutdown_timeout(text: str) -> float:
+    seconds = float(text)
+    if not seconds >= MIN_TIMEOUT_S or hard_bound(seconds) >= KILL_GRACE_S:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_TIMEOUT_S:g} s and end before the driver's SIGKILL ({KILL_GRACE_S:g} s, "
+            f"watchdog margin included), got {text}"
+        )
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Serve commands on a thread of their own until ``quit``, the end of input or a signal; then stop within the
+    budget and return (or exit with) the status.  Main thread (the signal handlers run on it)."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # connection chatter while sessions close
+    stop = SignalStop(f"bench worker {args.index}", args.shutdown_timeout)
     journal = Journal(args.journal, f"consumer-bench{args.index}")
+    stop.attach(journal, worker=args.index)
     process_started(journal, sys.argv)
     worker = Worker(args, journal)
-    reason = "done"
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        serve(worker, sys.stdin, sys.stdout)
-    except Stopped:
-        reason = "signal"
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean shutdown, not two
-        worker.close_all()
-        journal.emit("process.stopped", reason=reason)
-        journal.close()
-    return 0
+    served = threading.Event()
+
+    def commands() -> None:
+        try:
+            serve(worker, sys.stdin, sys.stdout)
+        finally:
+            served.set()
+
+    # A daemon: blocked reading the driver's input when a signal comes, it is not waited for.
+    threading.Thread(target=commands, name="worker-commands", daemon=True).start()
+    while not (served.is_set() or stop.requested.is_set()):
+        served.wait(_WAIT_SLICE_S)
+    code = stop.finish(worker.close_all(stop.begin()))
+    journal.emit("process.stopped", reason="signal" if stop.requested.is_set() else "done")
+    journal.close()
+    if code != 0:
+        stop.exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -9,8 +9,13 @@ Two guarantees do not depend on the stopping code keeping its budget:
 
 * a second SIGTERM or SIGINT exits at once, with ``128 + signal`` (130 for SIGINT, 143 for SIGTERM);
 * a watchdog thread ends the process at the budget's deadline with status 3, after one line on stderr and a
-  ``shutdown.incomplete`` event (``skipped: [unfinished]``, ``forced: true``), should the stop overrun it; and
-  one second after :meth:`~SignalStop.finish`, should the interpreter's own exit hang.
+  ``shutdown.incomplete`` event (``skipped: [unfinished]``, ``forced: true``), should the stop overrun it; and,
+  should the interpreter's own exit hang after :meth:`~SignalStop.finish`, at the deadline plus
+  :data:`~zkcoord.shutdown.EXIT_GRACE_S` with the status decided.  So the process is gone at most
+  :func:`~zkcoord.shutdown.hard_bound` after the first signal (or :meth:`~SignalStop.begin`), whatever happens.
+
+Any program may use it (``zkcoord consume``, ``zkcoord broker``, the benchmark worker): nothing here needs click's
+context except the option.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import click
 from zkcoord.journal import Journal
 from zkcoord.shutdown import (
     EXIT_CLEAN,
+    EXIT_GRACE_S,
     EXIT_INCOMPLETE,
     EXIT_SIGNAL_BASE,
     MAX_TIMEOUT_S,
@@ -38,9 +44,6 @@ from zkcoord.shutdown import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: How long the process may take to exit after :meth:`SignalStop.finish` before the watchdog ends it.
-EXIT_GRACE_S = 1.0
 
 
 def shutdown_timeout_option(default: float) -> Callable[[F], F]:
@@ -105,7 +108,8 @@ class SignalStop:
 
     def finish(self, report: StopReport) -> int:
         """Say what the stop skipped (one line on stderr; the event was journalled by whoever stopped) and return the
-        exit status.  Arms the watchdog's exit grace."""
+        exit status, which the watchdog uses should the process still be here at the deadline plus
+        :data:`~zkcoord.shutdown.EXIT_GRACE_S`."""
         with self._lock:
             self._code = report.exit_code
             self._finished.set()
@@ -116,9 +120,12 @@ class SignalStop:
     def exit(self, code: int) -> NoReturn:
         """End the command with ``code``.  After an incomplete stop, at once (streams flushed, the journal closed by
         the caller): the interpreter's own teardown (a few hundred ms, with threads abandoned to a server that is
-        gone) would eat into, or past, the deadline."""
+        gone) would eat into, or past, the deadline.  Outside a click command, a clean exit is ``sys.exit``."""
         if code == EXIT_CLEAN:
-            click.get_current_context().exit(code)
+            context = click.get_current_context(silent=True)
+            if context is None:
+                sys.exit(code)
+            context.exit(code)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -132,9 +139,10 @@ class SignalStop:
             with self._lock:
                 if not self._finished.is_set():
                     self._force(budget)
-        # Finished in time, so the process is exiting: if it is still here after the grace (an exit hook hung),
-        # it ends with the status it decided on.
-        time.sleep(EXIT_GRACE_S)
+        # Finished in time, so the process is exiting: if it is still here at the deadline plus the grace (an exit
+        # hook hung), it ends with the status it decided on.  The grace is counted from the deadline, not from
+        # finish(): the bound is the documented one however late in the budget the stop finished.
+        time.sleep(budget.deadline.remaining() + EXIT_GRACE_S)
         os._exit(self._code)
 
     def _force(self, budget: StopBudget) -> None:

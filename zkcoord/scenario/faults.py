@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from zkcoord.faults import arm
 from zkcoord.procs import ProcessError, wait_until
-from zkcoord.scenario.cluster import RunCluster
+from zkcoord.scenario.cluster import Member, RunCluster
+from zkcoord.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_INCOMPLETE, hard_bound
 from zkcoord.topics import TopicAdmin
 from zkcoord.zkserver_util import is_stopped
 
@@ -126,6 +127,18 @@ def consumer_join(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"joined {group}"
 
 
+def _left_cleanly(member: Member) -> None:
+    """A consumer told to leave with ZooKeeper up (faults run one at a time, and each settles) exits 0 within its
+    stop's hard bound; 3 (an incomplete stop) is a failure of the fault here, said as such, not as a crash."""
+    status = member.proc.wait(hard_bound(DEFAULT_CONSUMER_TIMEOUT_S) + 5)
+    if status == EXIT_INCOMPLETE:
+        raise ProcessError(f"consumer {member.proc.pid} left with an incomplete stop (exit 3): {member.proc.tail(1)}")
+    if status != 0:
+        raise ProcessError(
+            f"consumer {member.proc.pid} did not exit 0 on SIGTERM (exit {status}): {member.proc.tail(1)}"
+        )
+
+
 def consumer_leave(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     groups = [g for g in cluster.groups() if len([m for m in cluster.live_members(g) if not m.via_proxy]) > 1]
     if not groups:
@@ -135,8 +148,7 @@ def consumer_leave(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     member.proc.signal(signal.SIGTERM)
     cluster.record_fault("consumer-leave", f"consumer-{member.proc.pid}", f"SIGTERM, leaves {group}")
     say(f"consumer {member.proc.pid} leaves {group} cleanly")
-    if member.proc.wait(20) != 0:
-        raise ProcessError(f"consumer {member.proc.pid} did not exit 0 on SIGTERM: {member.proc.tail(1)}")
+    _left_cleanly(member)
     _settle(cluster)
     return f"left {group}"
 
@@ -149,8 +161,7 @@ def migrate_consumer(cluster: RunCluster, rng: random.Random, say: Say) -> str:
         return "nothing left to migrate"
     member = rng.choice(legacy)
     member.proc.signal(signal.SIGTERM)
-    if member.proc.wait(20) != 0:
-        raise ProcessError(f"consumer {member.proc.pid} did not exit 0 on SIGTERM: {member.proc.tail(1)}")
+    _left_cleanly(member)
     successor = cluster.start_consumer(group, kind="migrating")
     cluster.record_fault(
         "migrate-consumer", f"consumer-{member.proc.pid}", f"zk-client consumer replaced by {successor.proc.pid}"
