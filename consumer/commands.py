@@ -6,8 +6,9 @@ session change is half-handled.
 
 Commands (``docs/protocol.md``) are applied in sequence-number order and deleted to acknowledge them:
 
-* refused, but still acknowledged, when malformed, addressed to another group, or older than the newest
-  ``(epoch, generation)`` seen (S5, S7) -- the reason is journalled (``command.rejected``);
+* refused, but still acknowledged, when malformed, addressed to another group, older than the newest
+  ``(epoch, generation)`` seen (S5, S7), or not written by a coordinator (:mod:`consumer.vouch`: the group's state
+  vouches for every real command) -- the reason is journalled (``command.rejected``);
 * ``stop-fetcher``: stop every fetcher (synchronously), commit the consumed positions (S3), call
   ``on_partitions_revoked``, then acknowledge; with a ``revoke`` list (an incremental rebalance) only those
   partitions, the others go on being fetched;
@@ -39,6 +40,7 @@ from consumer.commits import Closing, Commits, FinalCommit
 from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
+from consumer.vouch import vouch
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.shutdown import RELEASE, StopReport
@@ -100,6 +102,7 @@ class CommandHandler:
         self._stop_received_at: float | None = None
         self._applied: set[str] = set()
         self._unacked: set[str] = set()  # applied, acknowledgement not yet known to have landed
+        self._waiting: set[str] = set()  # commands the group's state could not vouch for yet (journalled once)
         self.commits = Commits(consumer)
         self._lost = False
         #: a hand-over's start-fetcher, applied but for the partitions it awaits, or not yet acknowledged
@@ -252,6 +255,7 @@ class CommandHandler:
         c = self.c
         channel = paths.channel(c.config.group, c.consumer_id)
         self._applied &= set(children)  # forget names that are gone
+        self._waiting &= set(children)
         self._unacked &= self._applied
         for name in sorted(children, key=sequence_of):
             if name in self._applied:
@@ -264,17 +268,21 @@ class CommandHandler:
                 self._reject(name, None, "not a command znode")
                 self._ack(path, name)
                 continue
-            try:
-                data, _ = c.zk.get(path)
-            except NoNodeError:
+            got, state = c.zk.get_many([path, paths.group_state(c.config.group)])  # the state vouches (vouch.py)
+            if got is None:
                 continue
             try:
-                command = Command.decode(data, path)
+                command = Command.decode(got[0], path)
             except CodecError as e:
                 self._reject(name, None, f"malformed: {e.reason}")
                 self._ack(path, name)
                 continue
             reason = self._refusal(command)
+            verdict = vouch(command, got[1], state, paths.group_state(c.config.group))
+            if reason is None and not c.config.unsafe_no_fencing and verdict.wait is not None:
+                self._wait(name, verdict.wait)  # neither applied nor acknowledged: looked at again shortly
+                return
+            reason = reason or (None if c.config.unsafe_no_fencing else verdict.refused)
             if reason is None and self._pending is not None and self._pending.name != name:
                 self._supersede(self._pending)  # a newer command, to be applied: the wait is over
             if reason is not None:
@@ -302,6 +310,12 @@ class CommandHandler:
             ours = "none yet" if self.c.incarnation is None else self.c.incarnation
             return f"addressed to registration {command.incarnation}, ours is {ours}"
         return None
+
+    def _wait(self, name: str, why: str) -> None:
+        if name not in self._waiting:
+            self._waiting.add(name)
+            self.c.journal.emit("input.rejected", what="command not vouched for yet", path=name, reason=why)
+        self.c.redeliver_later(("channel", None), delay=0.5)
 
     def _adopt(self, command: Command) -> None:
         self.epoch = max(self.epoch, command.epoch)

@@ -8,6 +8,7 @@ acknowledge (a stuck member), or reject by rule.  Command handling runs on its o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import queue
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import Command, CommandOption, MemberRegistration, Pattern
+from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, Pattern
 
 
 @dataclass
@@ -144,3 +145,29 @@ class ScriptedConsumer:
 
     def partitions(self) -> set[tuple[str, int]]:
         return {(t, p) for t, parts in self.owned.items() for p in parts}
+
+
+def write_command(zk: ZkClient, group: str, consumer_id: str, command: Command, name: str | None = None) -> str:
+    """Write ``command`` into ``consumer_id``'s channel as a coordinator does, for tests that play the coordinator:
+    in one transaction with the group's state, raised to the command's epoch and generation if below them (a consumer
+    applies only commands its group's state vouches for: :mod:`consumer.vouch`).  ``name``: the command's name
+    before its sequence number (default ``cmd-<epoch>-<generation>-``).  Returns the command's path."""
+    state_path = paths.group_state(group)
+    try:
+        data, stat = zk.get(state_path)
+        old: GroupState | None = GroupState.decode(data, state_path)
+    except (NoNodeError, CodecError):
+        old, stat = None, None
+    state = GroupState(command.generation, GroupPhase.STARTING, command.epoch, {}, {})
+    if old is not None:
+        state = dataclasses.replace(
+            old, epoch=max(old.epoch, command.epoch), generation=max(old.generation, command.generation)
+        )
+    txn = zk.transaction()
+    if stat is None:
+        txn.create(state_path, state.encode())
+    else:
+        txn.set_data(state_path, state.encode(), stat.version)
+    prefix = name or f"{paths.COMMAND_PREFIX}{command.epoch}-{command.generation}-"
+    txn.create(f"{paths.channel(group, consumer_id)}/{prefix}", command.encode(), sequence=True)
+    return str(txn.commit()[-1])

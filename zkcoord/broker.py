@@ -140,6 +140,8 @@ class Broker:
         self._state_lock = threading.Lock()
         self.registered = threading.Event()
         self.registrations = 0
+        #: the registration data last written (the node's data while nobody else writes to it)
+        self._written = b""
 
     @property
     def path(self) -> str:
@@ -236,9 +238,13 @@ class Broker:
         return self._owner_of(self.zk.exists(self.path)) == self.zk.session_id
 
     def _try_register(self) -> bool:
-        """Create the ephemeral registration; True if it is (now) ours, False if another session holds it."""
+        """Create the ephemeral registration; True if it is (now) ours, False if another session holds it.
+
+        The parents are created if missing: ``/brokers/ids`` deleted by hand (recursively, with every registration)
+        must not keep a live broker unregistered."""
+        self._written = self._registration()
         try:
-            self.zk.create(self.path, self._registration(), ephemeral=True)
+            self.zk.create(self.path, self._written, ephemeral=True, makepath=True)
         except NodeExistsError:
             # A create retried after a connection loss may have landed in our own session: that is success
             # (Kafka's CheckedEphemeral, KAFKA-1387).
@@ -316,6 +322,7 @@ class Broker:
             return True
         try:
             if self._owns_registration():
+                self._write_back()
                 if self._state is not BrokerState.REGISTERED:
                     self._set_state(BrokerState.REGISTERED)
                 return True
@@ -329,11 +336,32 @@ class Broker:
             log.warning("broker %d: registration attempt failed (%s); will retry", self.config.broker_id, e)
         return False
 
+    def _write_back(self) -> None:
+        """Our registration's data is ours alone: if another client changed it (garbage, wrong types, another
+        port), write ours back and say so (S7).  Conditional on the version read, so a later change is seen again.
+
+        :raises ZkError: (the caller retries).
+        """
+        try:
+            data, stat = self.zk.get(self.path)
+        except NoNodeError:
+            return  # gone meanwhile: the data watch brings us back to register again
+        if data == self._written:
+            return
+        self.zk.set(self.path, self._written, version=stat.version)
+        self.journal.emit(
+            "input.rejected",
+            what="broker registration",
+            path=self.path,
+            reason=f"changed by another client ({data[:60]!r}); written back",
+        )
+
     def watch_registration(self) -> None:
-        """Re-register if someone deletes our node while the session lives (checked on the worker thread)."""
+        """Re-register if someone deletes our node while the session lives, and write our data back if someone
+        changes it (both checked on the worker thread)."""
 
         def changed(data: bytes | None, stat: Stat | None) -> None:
-            if stat is None:
+            if stat is None or data != self._written:
                 self._events.put((_ENSURE, None))
 
         self.zk.watch_data(self.path, changed)

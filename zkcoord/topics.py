@@ -7,9 +7,11 @@ here is a shared partition log, so the placement is recorded (tools of the era r
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from zkcoord import paths
+from zkcoord.broker import MAX_BROKER_ID
 from zkcoord.errors import (
     BadVersionError,
     CodecError,
@@ -38,6 +40,37 @@ class TopicInfo:
         return self.assignment.partition_count
 
 
+_BROKER_ID = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+@dataclass(frozen=True, slots=True)
+class CountChange:
+    """What a reader of ``/brokers/topics/<t>`` does with a new version of it (:func:`follow_partition_count`)."""
+
+    #: the partition count to follow from now on
+    count: int
+    #: why the znode's data was not taken (to journal as ``input.rejected``), or None
+    refused: str | None = None
+
+
+def follow_partition_count(known: int, data: bytes | None, path: str) -> CountChange:
+    """The partition count to follow when topic znode ``path`` holds ``data``, given the count ``known`` so far (0:
+    none, e.g. a topic new to the reader or deleted since).  Pure.
+
+    Partitions are only ever added, as in Kafka (``TopicAdmin.alter`` refuses to shrink): data that is malformed
+    (not JSON, wrong types, gaps, beyond 10 000 partitions) or that lists fewer partitions than known was not written
+    by a topic admin, so it is refused with its reason and the known count kept.  Removing partitions would strip
+    them from every group consuming them while producers that know them still write to them (S3); only deleting
+    the topic ends it."""
+    try:
+        count = TopicAssignment.decode(data, path).partition_count
+    except CodecError as e:
+        return CountChange(known, e.reason)
+    if count < known:
+        return CountChange(known, f"partitions can be added, not removed: {known} known, {count} written; kept {known}")
+    return CountChange(count)
+
+
 def place_replicas(broker_ids: list[int], first: int, count: int, replication_factor: int) -> list[tuple[int, ...]]:
     """Replica lists for partitions ``first .. first+count-1`` (pure; see the module docstring)."""
     ids = sorted(broker_ids)
@@ -58,11 +91,16 @@ class TopicAdmin:
         self.journal = journal or Journal(None, "topic-admin")
 
     def live_brokers(self) -> list[int]:
+        """Ids of the live brokers: registrations under ``/brokers/ids`` that are ephemeral, a broker session's.
+        A persistent one (written by hand: no broker writes one, and no broker's end would remove it) and a name
+        that is not a canonical broker id are not live brokers, and no replica is ever placed on them."""
         try:
             children = self.zk.get_children(paths.BROKER_IDS)
         except NoNodeError:
             return []
-        return sorted(int(c) for c in children if c.isdigit())
+        ids = sorted(int(c) for c in children if _BROKER_ID.fullmatch(c) and int(c) <= MAX_BROKER_ID)
+        reads = self.zk.get_many([paths.broker(i) for i in ids])
+        return [i for i, got in zip(ids, reads, strict=True) if got is not None and got[1].ephemeralOwner != 0]
 
     def create(self, name: str, partitions: int, replication_factor: int = 1) -> TopicInfo:
         """Create a topic.  :raises TopicExistsError, InvalidNameError, ConfigurationError, NoBrokersError:"""

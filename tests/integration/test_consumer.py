@@ -10,6 +10,7 @@ import pytest
 
 from consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
 from tests.integration.test_coordinator import Cluster
+from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord import paths
 from zkcoord.journal import Journal, read_journal
@@ -147,5 +148,5 @@ def test_a_command_for_an_earlier_registration_is_refused_after_a_session_loss(
         for_new = Command(
             CommandOption.STOP_FETCHER, state.epoch, state.generation + 5, "g", incarnation=consumer.incarnation
         )
-        zk.create(f"{channel}/{paths.COMMAND_PREFIX}x-", for_new.encode(), sequence=True)
+        write_command(zk, "g", consumer.consumer_id, for_new)  # as the coordinator would: with the group's state
         wait_until(lambda: consumer.assignment() == {}, 10, "stopped")

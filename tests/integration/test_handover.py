@@ -17,6 +17,7 @@ import pytest
 from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from consumer.offsets import Claims
 from tests.integration.test_consumer import drain, produce
+from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord import paths
 from zkcoord.errors import ZkUnavailableError
@@ -53,9 +54,8 @@ def member(zk_hosts: str, data: Path, journal: Path, stack: ExitStack) -> Consum
 
 
 def send(zk: ZkClient, to: Consumer, command: Command) -> str:
-    """Write ``command`` into ``to``'s channel, as the coordinator would; return its path."""
-    prefix = f"{paths.channel(GROUP, to.consumer_id)}/{paths.COMMAND_PREFIX}{command.epoch}-{command.generation}-"
-    return zk.create(prefix, command.encode(), sequence=True)
+    """Write ``command`` into ``to``'s channel, as the coordinator would (with the group's state); return its path."""
+    return write_command(zk, GROUP, to.consumer_id, command)
 
 
 def gone(zk: ZkClient, path: str) -> bool:

@@ -22,6 +22,7 @@ from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
+from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord import legacy_paths, paths
 from zkcoord.errors import NoNodeError, ZkUnavailableError
@@ -214,7 +215,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
         for p in (0, 1):
             other.create(paths.owner(GROUP, TOPIC, p), encode_owner(thread), makepath=True)
         start = Command(CommandOption.START_FETCHER, 1, 1, GROUP, {TOPIC: {0: thread, 1: thread}}, 0)
-        other.create(f"{paths.channel(GROUP, consumer.consumer_id)}/cmd-1-1-start-", start.encode(), sequence=True)
+        write_command(other, GROUP, consumer.consumer_id, start, "cmd-1-1-start-")
         bridge = consumer.bridge
         assert bridge is not None
         wait_until(lambda: TopicPartition(TOPIC, 1) in bridge.pending, 10, "partition 1 pending")

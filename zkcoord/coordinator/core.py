@@ -50,8 +50,9 @@ from zkcoord.coordinator.snapshot import Listing, read_groups
 from zkcoord.errors import CodecError, FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
+from zkcoord.topics import follow_partition_count
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
-from zkcoord.znodes import MemberRegistration, Pattern, TopicAssignment
+from zkcoord.znodes import MemberRegistration, Pattern
 
 log = logging.getLogger(__name__)
 
@@ -386,28 +387,26 @@ class Coordinator:
         new = sorted(set(children) - set(self._topics))
         topic_paths = [paths.topic(t) for t in new]
         for topic, got in zip(new, self.zk.get_many(topic_paths), strict=True):
-            count = 0
-            if got is not None:
-                try:
-                    count = TopicAssignment.decode(got[0], paths.topic(topic)).partition_count
-                except CodecError as e:
-                    self._journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=e.reason)
-            self._topics[topic] = count
+            count = self._topics[topic] = 0 if got is None else self._follow(topic, 0, got[0])
             self._watch_topic(topic)
             if count and self._groups_listed:
                 for group in self._interested(topic):
                     self.request(group, f"new topic: {topic}")
         for topic in set(self._topics) - set(children):
-            del self._topics[topic]
+            self._on_topic(topic, None)
+
+    def _follow(self, topic: str, known: int, data: bytes) -> int:
+        change = follow_partition_count(known, data, paths.topic(topic))  # never fewer than known
+        if change.refused is not None:
+            self._journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=change.refused)
+        return change.count
 
     def _on_topic(self, topic: str, data: bytes | None) -> None:
-        if data is None:
+        if data is None:  # deleted: its groups rebalance without it now, not at their next change
+            for group in self._interested(topic) if self._topics.pop(topic, 0) else []:
+                self.request(group, f"topic deleted: {topic}")
             return
-        try:
-            count = TopicAssignment.decode(data, paths.topic(topic)).partition_count
-        except CodecError as e:
-            self._journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=e.reason)
-            return
+        count = self._follow(topic, self._topics.get(topic, 0), data)
         if count == self._topics.get(topic):
             return
         trigger = "partitions added" if self._topics.get(topic) else "new topic"

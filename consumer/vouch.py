@@ -1,0 +1,52 @@
+"""Whether a command in a consumer's channel was written by a coordinator: its group's state vouches for it.
+
+Anyone who can write to ZooKeeper can write a command that is valid in form.  Epochs and generations only grow, so
+a consumer that applied a forged command of a future epoch or generation would refuse every real command after it
+as stale -- and acknowledge them (a refused command is deleted), so the coordinator would take its stops as done
+while it still fetched (S2); a forged stop at the current generation would leave its partitions unfetched in a
+STABLE group (S3).  The rule that tells them apart costs one read, pipelined with the command's own:
+
+every command is created in a transaction that also writes its group's state with the command's epoch and
+generation (``zkcoord/coordinator/commands.py``), and the state's epoch and generation only grow.  So a command that
+a coordinator wrote was created no later than the state's last write (its ``czxid`` is at most the state's
+``mzxid``), under an epoch and a generation no higher than the state's.  A command that fails either was not written
+by a coordinator: it is refused (acknowledged, journalled) and its epoch and generation are not adopted.
+
+When the state is absent or unreadable nothing can vouch for the command yet: it is left in the channel, neither
+applied nor acknowledged (the coordinator, waiting for it, times out and retries, which writes the state again), and
+looked at again shortly.  Pure; the caller does the reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zkcoord.errors import CodecError
+from zkcoord.zk import Stat
+from zkcoord.znodes import Command, GroupState
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch:
+    #: why the command was not written by a coordinator (refuse it), or None
+    refused: str | None = None
+    #: why it cannot be judged yet (leave it in the channel, look again shortly), or None
+    wait: str | None = None
+
+
+def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, state_path: str) -> Vouch:
+    """Judge ``command`` (created with stat ``created``) against its group's ``state`` as read after it."""
+    if state is None:
+        return Vouch(wait="the group has no state to vouch for it")
+    data, stat = state
+    try:
+        current = GroupState.decode(data, state_path)
+    except CodecError as e:
+        return Vouch(wait=f"the group's state is unreadable ({e.reason})")
+    if created.czxid > stat.mzxid:
+        return Vouch(refused="forged: written after the group's state, by no coordinator")
+    if command.epoch > current.epoch:
+        return Vouch(refused=f"forged: coordinator epoch {command.epoch} > the group state's {current.epoch}")
+    if command.generation > current.generation:
+        return Vouch(refused=f"forged: generation {command.generation} > the group state's {current.generation}")
+    return Vouch()
