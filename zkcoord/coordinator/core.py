@@ -47,7 +47,7 @@ from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.snapshot import Listing, read_groups
-from zkcoord.errors import CodecError, FencedError, ZkCoordError, ZkError
+from zkcoord.errors import FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
 from zkcoord.topics import follow_partition_count
