@@ -39,6 +39,7 @@ from consumer.commits import Commits
 from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
+from consumer.registration import check_channel, check_registration
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.zk import ConnState
@@ -124,7 +125,7 @@ class CommandHandler:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind == "channel":
                     self.c.redeliver_later(("channel", None))
-                elif kind in ("commit", "legacy-claim", "owner"):
+                elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node"):
                     self.c.redeliver_later((kind, arg))
                 elif self._lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
@@ -159,12 +160,27 @@ class CommandHandler:
             self._claim_awaited(arg if isinstance(arg, str) else None)
         elif kind == "register":
             self._register_again()
+        elif kind == "registration":
+            check_registration(self)
+        elif kind == "channel-node" and isinstance(arg, bool):
+            check_channel(self, arg)
 
     def _on_close(self) -> None:
         if not self._lost and self.c.lease.valid():
             self.commits.quietly({**self.commits.unsettled, **self.c.fetcher.positions()})
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
+        self._release()
+        if revoked and self.on_revoked is not None:
+            self._callback(self.on_revoked, revoked)
+
+    @property
+    def lost(self) -> bool:
+        """Whether our session was lost and we are not registered again yet."""
+        return self._lost
+
+    def release_all(self, revoked: list[TopicPartition]) -> None:
+        """After every partition was stopped and committed: forget the claims, tell the application."""
         self._release()
         if revoked and self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
@@ -398,6 +414,7 @@ class CommandHandler:
         previous owner (see :meth:`OffsetStore.claim`'s ``wait``)."""
         c = self.c
         result = c.offsets.claim(ownership, add=incremental, wait=c.on_owner_changed if awaited else None)
+        self.commits.journal_repairs()
         for problem in result.problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
         fetching = {tp: claim.thread for tp, claim in result.claims.items()}

@@ -46,6 +46,7 @@ class Commits:
             try:
                 written = c.offsets.commit(positions, ack=ack, handover=handover)
             except OffsetCommitFencedError as e:
+                self.journal_repairs()
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal(e.committed)
                 for tp in e.partitions:
@@ -57,9 +58,25 @@ class Commits:
                         partition=tp.partition,
                     )
                 raise
+            self.journal_repairs()
             self._mirror(positions)
             self._journal(written)
             return written
+
+    def journal_repairs(self) -> None:
+        """Journal the owner znodes the offset store repaired (a claim's or a commit's: see consumer.offsets)."""
+        c = self.c
+        for r in c.offsets.take_repairs():
+            c.journal.emit(
+                "owner.repaired",
+                group=c.config.group,
+                consumer=c.consumer_id,
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                thread=r.thread,
+                reason=r.reason,
+            )
+            log.warning("consumer %s: repaired the owner znode of %s/%d (%s)", c.consumer_id, *r.tp, r.reason)
 
     def stopped(
         self,

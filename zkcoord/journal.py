@@ -74,6 +74,12 @@ EVENTS: dict[str, str] = {
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
+    "owner.repaired": "a consumer rewrote the owner znode of a partition it owns (vanished or unreadable): group, "
+    "consumer, topic, partition, thread, reason",
+    "member.unreadable": "the coordinator cannot decode a live member's registration (stopped, given nothing): "
+    "group, consumer, incarnation",
+    "registration.repaired": "a consumer found its registration changed or gone under its session and rewrote it: "
+    "group, consumer, reason",
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
     "legacy.rebalance.started": "a legacy rebalance attempt began: group, consumer, attempt, trigger",
     "legacy.rebalance.conflict": (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve
+from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held
 from zkcoord.errors import ConfigurationError
 from zkcoord.faults import parse
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
@@ -178,3 +180,62 @@ def test_a_member_that_left_or_came_back_owns_nothing_and_is_not_asked_to_stop()
     assert planned.necessary and planned.reason == "membership changed"
     m = moves(back, planned.target)
     assert "c" not in m.revoke and "c" in m.gain
+
+
+# --- members whose registration cannot be read ------------------------------------------------------------------
+
+
+def test_an_unreadable_member_is_planned_as_present_stopped_and_given_nothing() -> None:
+    members = {c: reg({"orders": 1}) for c in ("a", "b")}
+    before = stable_for(snapshot(members, None, {}))
+    assert before.state is not None
+    # b's registration turns to garbage (its session lives): b is still a member, in its recorded incarnation.
+    a_only = {"a": before.members["a"]}
+    garbled = GroupSnapshot("g", a_only, before.state, before.owners, unreadable={"b": before.members["b"].incarnation})
+    planned = plan(garbled, TOPICS, "range")
+    assert planned.members == dict(before.state.members)  # the rebalance's members, so its stop goes to b
+    assert planned.target == {"orders": {0: "a-0", 1: "a-0"}}  # b gets nothing while unreadable
+    assert planned.necessary  # b's partition moves: a rebalance (eager, b stopped first) is needed
+    # Planned as left (before the fix) b would have been dropped from the members, and its partition given away
+    # without a stop.
+    assert "b" in planned.members
+
+
+def test_a_group_with_an_unreadable_member_is_never_incremental_and_its_holdings_count() -> None:
+    members = {c: inc({"clicks": 1}) for c in ("a", "b")}
+    before = settled(members)
+    assert before.state is not None
+    garbled = GroupSnapshot(
+        "g", {"a": before.members["a"]}, before.state, before.owners, unreadable={"b": before.members["b"].incarnation}
+    )
+    planned = plan(garbled, TOPICS, "range")
+    assert not planned.incremental  # what b asked for is unknown: everyone is stopped
+    assert still_held(garbled) == before.owners  # b's partitions are still held by b, not free
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.tuples(st.dictionaries(st.sampled_from(sorted(TOPICS)), st.integers(1, 3), min_size=1), st.booleans()),
+        min_size=1,
+    ),
+    st.sampled_from(["range", "roundrobin", "sticky"]),
+)
+def test_unreadable_members_are_members_that_own_nothing(
+    spec: dict[str, tuple[dict[str, int], bool]], assignor: str
+) -> None:
+    """Property: whatever the subscriptions and which members are unreadable, every member (readable or not) is a
+    member of the plan with its incarnation, no unreadable member's thread is in the target, and the readable
+    members get every partition of the topics they subscribe to."""
+    readable = {cid: Member(cid, reg(subs), i) for i, (cid, (subs, ok)) in enumerate(sorted(spec.items())) if ok}
+    unreadable = {cid: 100 + i for i, (cid, (_, ok)) in enumerate(sorted(spec.items())) if not ok}
+    planned = plan(GroupSnapshot("g", readable, None, {}, unreadable=unreadable), TOPICS, assignor)
+    assert planned.members == {**{c: m.incarnation for c, m in readable.items()}, **unreadable}
+    owners = {t.rsplit("-", 1)[0] for parts in planned.target.values() for t in parts.values()}
+    assert not owners & set(unreadable)
+    wanted = {t for m in readable.values() for t in m.registration.subscription}
+    assert {t: set(p) for t, p in planned.target.items()} == {t: set(range(TOPICS[t])) for t in wanted}
+    assert planned.necessary  # no state: always
+    if unreadable:
+        assert not planned.incremental

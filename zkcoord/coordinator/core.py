@@ -324,6 +324,7 @@ class Coordinator:
             schedule=self._schedule_group,
             topics=lambda: self._topics,
             ack_watch=self._new_watch("ack"),
+            member_watch=self._members_watch,
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
@@ -468,7 +469,7 @@ class Coordinator:
 
     def _on_members_watch(self, path: str, kind: WatchKind) -> None:
         """A group's members watch fired: list the group again (with the other groups of this turn)."""
-        group = paths.group_of_ids(path)
+        group = paths.group_of_ids(path) or paths.group_of_member(path)  # a watched unreadable registration too
         if group is None or group not in self._groups:
             return
         self._relist.add(group)

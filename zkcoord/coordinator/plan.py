@@ -36,6 +36,11 @@ class GroupSnapshot:
     rejected: tuple[tuple[str, str], ...] = ()
     #: a migrating group's ``zk-client`` members (``/consumers/<g>/ids``, less our own members' mirror registrations)
     legacy: Mapping[str, Member] = field(default_factory=dict)
+    #: members whose registration znode exists but cannot be decoded: consumer id -> incarnation (its ``czxid``).
+    #: Such a member is alive (its session holds the ephemeral, and it may be fetching): it is a member of the
+    #: rebalance like any other -- it is stopped before anything it holds moves -- but, its subscription being
+    #: unknown, it is given nothing until its registration can be read again.
+    unreadable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +152,8 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         target = restrict(target, snapshot.members)
         legacy_partitions = everything - sum(len(parts) for parts in target.values())
     members = {cid: m.incarnation for cid, m in snapshot.members.items()}
+    for cid, incarnation in sorted(snapshot.unreadable.items()):
+        members[cid] = incarnation  # present, stopped with everyone, given nothing (see GroupSnapshot.unreadable)
     legacy = {cid: m.incarnation for cid, m in snapshot.legacy.items()}
     reason = necessity(snapshot, members, target, legacy)
     return Plan(
@@ -166,11 +173,13 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
 
 def incremental_group(snapshot: GroupSnapshot) -> bool:
     """Whether every member asked for incremental rebalancing, in a group with no migration going on (a migrating
-    consumer's 0.8 claims are all-or-nothing, so such groups stay eager)."""
+    consumer's 0.8 claims are all-or-nothing, so such groups stay eager) and no member whose registration cannot be
+    read (what it asked for is unknown: the group is rebalanced eagerly, every member stopped)."""
     members = snapshot.members.values()
     return (
         bool(snapshot.members)
         and not snapshot.legacy
+        and not snapshot.unreadable
         and all(m.registration.incremental and not m.registration.migrating for m in members)
     )
 
@@ -185,6 +194,7 @@ def still_held(snapshot: GroupSnapshot) -> Assignment:
     if state is None:
         return {}
     alive = {cid for cid, member in snapshot.members.items() if state.members.get(cid) == member.incarnation}
+    alive |= {cid for cid, incarnation in snapshot.unreadable.items() if state.members.get(cid) == incarnation}
     return restrict(snapshot.owners, alive)
 
 

@@ -4,7 +4,11 @@
 this way); :func:`read_group` is the same for one group.
 
 Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each becomes a ``(path, reason)`` in
-``GroupSnapshot.rejected`` and the member (or owner) is left out, so the group is rebalanced without it (S7).
+``GroupSnapshot.rejected`` (S7).  What the coordinator then does depends on what the znode stands for: a member
+registration it cannot decode still stands for a live member (its ephemeral exists, so its session does, and it may
+be fetching): it goes in ``GroupSnapshot.unreadable`` with its incarnation, and is planned as a member that is stopped
+like any other but given nothing (:mod:`~zkcoord.coordinator.plan`).  An owner znode it cannot decode is in
+``ReadResult.unreadable_owners``: its partition counts as unowned, and the next rebalance overwrites it.
 """
 
 from __future__ import annotations
@@ -232,6 +236,7 @@ def _decode(
     """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``);
     ``kept``: registrations known already, not read again."""
     members: dict[str, Member] = dict(kept)
+    unreadable: dict[str, int] = {}
     for cid, got in zip(member_ids, reads[:-1], strict=True):
         if got is None:
             continue  # left between the listing and the read
@@ -241,6 +246,7 @@ def _decode(
             members[cid] = Member(cid, MemberRegistration.decode(data, path), stat.czxid)
         except CodecError as e:
             rejected.append((path, e.reason))
+            unreadable[cid] = stat.czxid  # alive all the same: see GroupSnapshot.unreadable
 
     state: GroupState | None = None
     state_version = -1
@@ -260,6 +266,7 @@ def _decode(
         state=state,
         owners=owners,
         rejected=tuple(rejected),
+        unreadable=unreadable,
     )
     return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating=migrating)
 
