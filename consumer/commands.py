@@ -167,7 +167,7 @@ class CommandHandler:
 
     def _on_close(self) -> None:
         if not self._lost and self.c.lease.valid():
-            self.commits.quietly({**self.commits.unsettled, **self.c.fetcher.positions()})
+            self.commits.quietly({**self.commits.unsettled, **self.c.fetcher.positions()}, final=True)
         revoked = list(self.c.fetcher.assignment())
         self.c.fetcher.revoke("closing")
         self._release()

@@ -182,10 +182,14 @@ class OffsetStore:
         positions: Mapping[TopicPartition, int],
         ack: str | None = None,
         handover: Mapping[TopicPartition, str] | None = None,
+        *,
+        final: bool = False,
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
-        Only changed positions are written, in one transaction that checks every owner version first.  ``ack``: a
+        Only changed positions are written (``final``: every one, the last commit before the partitions go to
+        another owner -- the offset znode we wrote last may have been deleted since, and the next owner starts from
+        what it reads there), in one transaction that checks every owner version first.  ``ack``: a
         command to delete in that same transaction (so it is acknowledged exactly when the commit lands), or alone
         when there is nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
         longer fetched) whose owner znode that same transaction sets to the given thread, conditional on the version
@@ -195,7 +199,11 @@ class OffsetStore:
         :raises ZkError: on I/O failure (nothing is committed then).
         """
         with self._lock:
-            todo = {tp: off for tp, off in positions.items() if tp in self._claims and self._committed.get(tp) != off}
+            todo = {
+                tp: off
+                for tp, off in positions.items()
+                if tp in self._claims and (final or self._committed.get(tp) != off)
+            }
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}

@@ -148,3 +148,61 @@ def test_the_coordinator_stops_an_unreadable_member_first_and_gives_it_its_share
         a.wait_for(lambda c: len(c.partitions()) == 1)
         b.wait_for(lambda c: len(c.partitions()) == 1)
         assert a.partitions().isdisjoint(b.partitions())
+
+
+# --- item 2: a subtree of the group deleted under it ---------------------------------------------------------------
+
+#: subtree -> whether it is deleted right after the join (concurrently with the rebalance) rather than before it
+SUBTREES = {
+    "owners": False,
+    "owners-during-join": True,
+    "channel": False,
+    "offsets": False,
+    "state": False,
+    "ids": False,
+}
+
+
+@pytest.mark.parametrize("subtree", sorted(SUBTREES))
+def test_a_subtree_deleted_under_a_running_group_then_a_join_keeps_s2_s3_s4(run: Run, subtree: str) -> None:
+    run.broker(1)
+    TopicAdmin(run.zk).create(TOPIC, 2)
+    run.consumer(GROUP, TOPIC)
+    run.wait_members(GROUP, 1)
+    _produce(run, 300)
+    wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
+    node = f"{paths.group(GROUP)}/{subtree.split('-', maxsplit=1)[0]}"
+    if not SUBTREES[subtree]:
+        run.zk.delete(node, recursive=True)
+    run.consumer(GROUP, TOPIC)
+    if SUBTREES[subtree]:
+        run.zk.delete(node, recursive=True)
+    _produce(run, 300)
+    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
+    _produce(run, 300)
+    _check_clean(run, 900)
+
+
+# --- item 6: an owner znode that cannot be decoded -----------------------------------------------------------------
+
+BAD_OWNERS = {"non-utf8": b"\xff\xfe\xfd", "empty": b"", "not-a-thread": b"{}"}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_OWNERS))
+def test_a_damaged_owner_znode_under_its_live_owner_then_a_join_converges_and_consumes(run: Run, bad: str) -> None:
+    run.broker(1)
+    TopicAdmin(run.zk).create(TOPIC, 2)
+    run.consumer(GROUP, TOPIC)
+    run.wait_members(GROUP, 1)
+    _produce(run, 300)
+    wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
+    run.zk.set(paths.owner(GROUP, TOPIC, 0), BAD_OWNERS[bad])
+    _produce(run, 300)
+    run.consumer(GROUP, TOPIC)
+    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
+    _produce(run, 300)
+    _check_clean(run, 900)
+    state = _state(run)
+    assert state is not None
+    for p, thread in state.target[TOPIC].items():  # the registry says what the target says: repaired
+        assert run.zk.get(paths.owner(GROUP, TOPIC, p))[0].decode() == thread

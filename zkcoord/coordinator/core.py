@@ -45,7 +45,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term, try_elect
 from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
-from zkcoord.coordinator.snapshot import Listing, read_groups
+from zkcoord.coordinator.snapshot import Listing, listing, read_groups
 from zkcoord.errors import CodecError, FencedError, NodeExistsError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -452,13 +452,13 @@ class Coordinator:
             if got is None:
                 missing.append(group)
             else:
-                out[group] = (got[0], got[1].cversion)
+                out[group] = listing(got)
         fence = self.rebalancer.writer.fence if self.rebalancer else None
         if missing and fence is not None:
             for group in missing:
                 self._ensure(fence, paths.group_ids(group))
             again = self.zk.children_stat_many([paths.group_ids(g) for g in missing], watch=watch)
-            out.update((g, (c[0], c[1].cversion)) for g, c in zip(missing, again, strict=True) if c is not None)
+            out.update((g, listing(c)) for g, c in zip(missing, again, strict=True) if c is not None)
         # Only a listing made under an armed watch stands for the group's members until the watch fires.
         for group in groups:
             if group in out:
