@@ -293,7 +293,9 @@ class CommandHandler:
             return None
         if command.epoch < self.epoch:
             return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
-        if command.generation < self.generation:
+        if command.epoch == self.epoch and command.generation < self.generation:
+            # Generations are ordered within an epoch: a newer coordinator's are newer whatever their number (its
+            # state may have been lost, and the generation count restarted; the older coordinator is fenced).
             return f"stale: generation {command.generation} < {self.generation}"
         if command.incarnation is not None and command.incarnation != self.c.incarnation:
             # Planned for a registration of ours that a session loss ended (or before we registered again).
@@ -302,8 +304,10 @@ class CommandHandler:
         return None
 
     def _adopt(self, command: Command) -> None:
-        self.epoch = max(self.epoch, command.epoch)
-        self.generation = max(self.generation, command.generation)
+        if command.epoch > self.epoch:
+            self.epoch, self.generation = command.epoch, command.generation
+        else:
+            self.generation = max(self.generation, command.generation)
 
     def _stop(self, path: str, command: Command) -> bool:
         """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""

@@ -166,21 +166,25 @@ SUBTREES = {
 @pytest.mark.parametrize("subtree", sorted(SUBTREES))
 def test_a_subtree_deleted_under_a_running_group_then_a_join_keeps_s2_s3_s4(run: Run, subtree: str) -> None:
     run.broker(1)
-    TopicAdmin(run.zk).create(TOPIC, 2)
+    TopicAdmin(run.zk).create(TOPIC, 3)
     run.consumer(GROUP, TOPIC)
     run.wait_members(GROUP, 1)
+    run.consumer(GROUP, TOPIC)
+    run.wait_members(GROUP, 2)  # two generations in at least: a lost state must not send the count back (S5)
     _produce(run, 300)
     wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
-    node = f"{paths.group(GROUP)}/{subtree.split('-', maxsplit=1)[0]}"
+    node = f"{paths.group(GROUP)}/{subtree.split('-')[0]}"
     if not SUBTREES[subtree]:
         run.zk.delete(node, recursive=True)
     run.consumer(GROUP, TOPIC)
     if SUBTREES[subtree]:
         run.zk.delete(node, recursive=True)
     _produce(run, 300)
-    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
+    wait_until(lambda: _balanced(run, 3, 3), 30, "the group balanced over its three members")
     _produce(run, 300)
     _check_clean(run, 900)
+    stale = [e["reason"] for e in _events(run, "command.rejected") if "stale" in str(e["reason"])]
+    assert stale == [], "S5: a command of the current coordinator was refused as stale"
 
 
 # --- item 6: an owner znode that cannot be decoded -----------------------------------------------------------------

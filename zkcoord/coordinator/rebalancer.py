@@ -103,6 +103,7 @@ class Rebalancer:
         self.active: dict[str, Attempt] = {}
         self.retries: dict[str, int] = {}
         self.group_state: dict[str, str] = {}
+        self.generations: dict[str, int] = {}  # the last one given each group: it only grows, whatever the state (S5)
         #: each group's member registrations as last read (the coordinator routes topic changes with them)
         self.registrations: dict[str, list[MemberRegistration]] = {}
         #: groups migrating from the zk-client protocol as last read (the coordinator watches their zk-client ids)
@@ -165,15 +166,14 @@ class Rebalancer:
             self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
             return Begun.SKIPPED
         state = read.snapshot.state
-        generation = (state.generation if state else 0) + 1
+        generation = self.generations[group] = max(state.generation if state else 0, self.generations.get(group, 0)) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
         if self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
             attempt.moves = moves(read.snapshot, planned.target)
             if attempt.moves.revoke and attempt.moves.one_step:
                 attempt.step = Step.HANDOVER
-        # The version the stop phase writes over (a resume after a connection loss in which no batch landed
-        # starts from it again).
+        # The version the stop phase writes over (a resume in which no batch landed starts from it again).
         attempt.state_version = read.state_version
         migration = {"legacy": sorted(planned.legacy), "legacy_partitions": planned.legacy_partitions}
         if attempt.number == 0:
