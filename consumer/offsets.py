@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from consumer.records import TopicPartition
 from zkcoord import paths
-from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError
+from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 from zkcoord.znodes import decode_int, decode_owner, encode_int, encode_owner
 
@@ -87,6 +87,9 @@ class OffsetStore:
         self._committed: dict[TopicPartition, int] = {}
         self._ensured: set[str] = set()
         self._repairs: list[Repair] = []
+        #: claims a commit of which had an unknown outcome (its reply lost): it may have landed, handing the partition
+        #: over, so that claim is never repaired or renewed (only a fresh claim is trusted again)
+        self._uncertain: set[TopicPartition] = set()
 
     def claim(
         self,
@@ -141,6 +144,7 @@ class OffsetStore:
             if not add:
                 self._claims, self._committed = {}, {}
             self._claims.update(claims)
+            self._uncertain -= set(claims)
             self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
         return Claims(claims, problems, pending)
 
@@ -167,11 +171,12 @@ class OffsetStore:
         """Forget the claims on ``tps`` (None: all of them); their offsets can no longer be committed by us."""
         with self._lock:
             if tps is None:
-                self._claims, self._committed = {}, {}
+                self._claims, self._committed, self._uncertain = {}, {}, set()
                 return
             for tp in tps:
                 self._claims.pop(tp, None)
                 self._committed.pop(tp, None)
+                self._uncertain.discard(tp)
 
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:
@@ -218,8 +223,7 @@ class OffsetStore:
                     tp_created = self._offset_of_path(e.path, todo)
                     if tp_created is None:
                         raise
-                    c = self._claims[tp_created]
-                    self._claims[tp_created] = Claim(c.thread, c.owner_version, c.committed, True, c.session)
+                    self._offset_exists(tp_created, exists=True)
                     continue
                 except (BadVersionError, NoNodeError) as e:
                     if ack is not None and e.path == ack:
@@ -229,14 +233,12 @@ class OffsetStore:
                     if isinstance(e, NoNodeError) and gone is not None and gone not in recreated:
                         # The offset znode (or its parents) was deleted under us: create it, parents first.
                         recreated.add(gone)
-                        self.zk.ensure_path(paths.offsets(self.group, gone.topic))
-                        c = self._claims[gone]
-                        self._claims[gone] = Claim(c.thread, c.owner_version, c.committed, False, c.session)
+                        self._offset_exists(gone, exists=False)
                         continue
                     lost = self._owner_of_path(e.path, [*todo, *handing])
                     if lost is None:
                         raise
-                    if lost not in rechecked:
+                    if lost not in rechecked and lost not in self._uncertain:
                         rechecked.add(lost)
                         if self._recheck(lost):
                             continue  # still ours (repaired if it had to be): commit again
@@ -245,6 +247,10 @@ class OffsetStore:
                     todo.pop(lost, None)
                     handing.pop(lost, None)
                     continue
+                except ZkError:
+                    # Not a refusal: the outcome is unknown (a reply lost), so these claims may be over already.
+                    self._uncertain.update({*todo, *handing})
+                    raise
                 ack = None  # deleted with the commit
                 written.update(todo)
                 todo, handing = {}, {}
@@ -281,6 +287,14 @@ class OffsetStore:
             self._claims[tp] = Claim(c.thread, c.owner_version, off, True, c.session)
             self._committed[tp] = off
 
+    def _offset_exists(self, tp: TopicPartition, *, exists: bool) -> None:
+        """Correct what our claim on ``tp`` knows of its offset znode's existence (absent: its parents are created,
+        as it may have been deleted with them).  Lock held.  :raises ZkError: on I/O failure."""
+        if not exists:
+            self.zk.ensure_path(paths.offsets(self.group, tp.topic))
+        c = self._claims[tp]
+        self._claims[tp] = Claim(c.thread, c.owner_version, c.committed, exists, c.session)
+
     def take_repairs(self) -> list[Repair]:
         """The owner znodes repaired since the last call (to journal them)."""
         with self._lock:
@@ -290,7 +304,9 @@ class OffsetStore:
     def _recheck(self, tp: TopicPartition) -> bool:
         """A commit's check of ``tp``'s owner znode failed: look at it again.  True if the partition is still ours
         -- it names our thread (at another version: rewritten by hand to the same value), or it was absent or
-        unreadable and has been repaired -- with the claim's version updated.  Lock held.
+        unreadable and has been repaired -- with the claim's version updated.  Only for a claim none of whose commits
+        had an unknown outcome: while we hold such a claim nobody else writes the owner znode (the coordinator waits
+        for our stop, and a hand-over is our own write), so a change we did not make was made by hand.  Lock held.
         :raises ZkError: on I/O failure."""
         claim, path = self._claims[tp], paths.owner(self.group, tp.topic, tp.partition)
         try:

@@ -173,7 +173,7 @@ def test_a_subtree_deleted_under_a_running_group_then_a_join_keeps_s2_s3_s4(run:
     run.wait_members(GROUP, 2)  # two generations in at least: a lost state must not send the count back (S5)
     _produce(run, 300)
     wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
-    node = f"{paths.group(GROUP)}/{subtree.split('-')[0]}"
+    node = f"{paths.group(GROUP)}/{subtree.split('-', 1)[0]}"
     if not SUBTREES[subtree]:
         run.zk.delete(node, recursive=True)
     run.consumer(GROUP, TOPIC)
