@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held
+from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held, unreadable_holders
 from zkcoord.errors import ConfigurationError
 from zkcoord.faults import parse
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
@@ -213,6 +213,17 @@ def test_a_group_with_an_unreadable_member_is_never_incremental_and_its_holdings
     assert still_held(garbled) == before.owners  # b's partitions are still held by b, not free
 
 
+def test_an_unreadable_registration_that_holds_nothing_is_left_out_and_blocks_nothing() -> None:
+    before = stable_for(snapshot({"a": reg({"orders": 1})}, None, {}))
+    stranger = GroupSnapshot("g", before.members, before.state, before.owners, unreadable={"z": 77})
+    planned = plan(stranger, TOPICS, "range")
+    assert unreadable_holders(stranger) == {}
+    assert "z" not in planned.members and not planned.necessary  # no stop it could never acknowledge
+    # Named by the registry (the state lost, say), it may be fetching: a member again.
+    named = GroupSnapshot("g", before.members, None, {"orders": {0: "z-0", 1: "a-0"}}, unreadable={"z": 77})
+    assert plan(named, TOPICS, "range").members == {"a": 100, "z": 77}
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.dictionaries(
@@ -222,20 +233,24 @@ def test_a_group_with_an_unreadable_member_is_never_incremental_and_its_holdings
     ),
     st.sampled_from(["range", "roundrobin", "sticky"]),
 )
-def test_unreadable_members_are_members_that_own_nothing(
+def test_unreadable_members_that_may_fetch_are_members_that_are_given_nothing(
     spec: dict[str, tuple[dict[str, int], bool]], assignor: str
 ) -> None:
-    """Property: whatever the subscriptions and which members are unreadable, every member (readable or not) is a
-    member of the plan with its incarnation, no unreadable member's thread is in the target, and the readable
-    members get every partition of the topics they subscribe to."""
-    readable = {cid: Member(cid, reg(subs), i) for i, (cid, (subs, ok)) in enumerate(sorted(spec.items())) if ok}
-    unreadable = {cid: 100 + i for i, (cid, (_, ok)) in enumerate(sorted(spec.items())) if not ok}
-    planned = plan(GroupSnapshot("g", readable, None, {}, unreadable=unreadable), TOPICS, assignor)
-    assert planned.members == {**{c: m.incarnation for c, m in readable.items()}, **unreadable}
+    """Property: from a settled group some of whose registrations become unreadable, every unreadable member the
+    registry names is a member of the plan with its incarnation, no unreadable member's thread is in the target,
+    and the readable members get every partition of the topics they subscribe to."""
+    everyone = {cid: Member(cid, reg(subs), i) for i, (cid, (subs, _)) in enumerate(sorted(spec.items()))}
+    settled_group = stable_for(GroupSnapshot("g", everyone, None, {}))
+    readable = {cid: m for cid, m in everyone.items() if spec[cid][1]}
+    unreadable = {cid: m.incarnation for cid, m in everyone.items() if not spec[cid][1]}
+    snap = GroupSnapshot("g", readable, settled_group.state, settled_group.owners, unreadable=unreadable)
+    planned = plan(snap, TOPICS, assignor)
+    holders = {t.rsplit("-", 1)[0] for parts in settled_group.owners.values() for t in parts.values()}
+    expected = {c: m.incarnation for c, m in readable.items()} | {c: unreadable[c] for c in holders & set(unreadable)}
+    assert planned.members == expected
     owners = {t.rsplit("-", 1)[0] for parts in planned.target.values() for t in parts.values()}
     assert not owners & set(unreadable)
     wanted = {t for m in readable.values() for t in m.registration.subscription}
     assert {t: set(p) for t, p in planned.target.items()} == {t: set(range(TOPICS[t])) for t in wanted}
-    assert planned.necessary  # no state: always
-    if unreadable:
-        assert not planned.incremental
+    if holders & set(unreadable):
+        assert not planned.incremental and planned.necessary

@@ -1,9 +1,10 @@
 """What the coordinator does with group znodes it cannot decode (S7), beyond leaving them out of a plan.
 
 The rule: a znode that cannot be read stands for something that may still be true.  A member registration that
-cannot be decoded still belongs to a live session (the ephemeral exists), whose consumer may be fetching: it is a
-member of the rebalance (:attr:`~zkcoord.coordinator.plan.GroupSnapshot.unreadable`), stopped like any other before
-anything it holds moves, and given nothing while what it subscribes to is unknown.  Its consumer repairs its own
+cannot be decoded still belongs to a live session (the ephemeral exists), whose consumer may be fetching: if the
+registry or the state says it holds partitions, it is a member of the rebalance
+(:attr:`~zkcoord.coordinator.plan.GroupSnapshot.unreadable`), stopped like any other before anything it holds moves;
+it is given nothing while what it subscribes to is unknown.  Its consumer repairs its own
 registration (``consumer.client``); the coordinator watches such a registration (a one-shot data watch, only on the
 unreadable ones) so that a repair is seen at once and the member gets its share.
 
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Callable
 
 from zkcoord import paths
-from zkcoord.coordinator.plan import Plan
+from zkcoord.coordinator.plan import Plan, unreadable_holders
 from zkcoord.coordinator.snapshot import KnownMembers, ReadResult, read_group
 from zkcoord.errors import CodecError
 from zkcoord.journal import Journal
@@ -63,5 +64,6 @@ def report_input(journal: Journal, read: ReadResult, planned: Plan) -> None:
         log.warning("group %s: ignoring %s: %s", group, path, reason)
     for what, reason in planned.notes:
         journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+    holders = unreadable_holders(read.snapshot)
     for cid, incarnation in sorted(read.snapshot.unreadable.items()):
-        journal.emit("member.unreadable", group=group, consumer=cid, incarnation=incarnation)
+        journal.emit("member.unreadable", group=group, consumer=cid, incarnation=incarnation, stopped=cid in holders)
