@@ -76,8 +76,8 @@ EVENTS: dict[str, str] = {
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
     "owner.repaired": "a consumer rewrote the owner znode of a partition it owns (vanished or unreadable): group, "
     "consumer, topic, partition, thread, reason",
-    "member.unreadable": "the coordinator cannot decode a live member's registration (stopped, given nothing): "
-    "group, consumer, incarnation",
+    "member.unreadable": "the coordinator cannot decode a live member's registration (given nothing; stopped first "
+    "if it may be fetching): group, consumer, incarnation, stopped",
     "registration.repaired": "a consumer found its registration changed or gone under its session and rewrote it: "
     "group, consumer, reason",
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
