@@ -81,7 +81,7 @@ class Consumer:
             ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
         )
         self.lease = Lease(lease_duration(config.session_timeout_s, config.lease_fraction), clock=clock)
-        self.offsets = OffsetStore(self.zk, config.group)
+        self.offsets = OffsetStore(self.zk, config.group, paths.member(config.group, self.consumer_id))
         self.resets = ResetReporter(self.journal, config.group, self.consumer_id, self.zk, wall_ms)
         self.fetcher = FetchManager(
             config.data_dir,
@@ -111,6 +111,8 @@ class Consumer:
         self.registered_session = 0
         #: czxid of our current registration (None while not registered): see ``Command.incarnation``
         self.incarnation: int | None = None
+        #: the data of our current registration as we wrote it (what a damaged one is repaired to)
+        self.registered_data: bytes | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -132,10 +134,23 @@ class Consumer:
             thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        self.watch_channel()
+        # Our own znodes, repaired by the command thread if someone damages them (consumer.registration).
+        self.zk.watch_data(
+            paths.member(self.config.group, self.consumer_id), lambda _d, _s: self._events.put(("registration", None))
+        )
+        self.zk.watch_data(
+            paths.channel(self.config.group, self.consumer_id),
+            lambda _d, stat: self._events.put(("channel-node", stat is not None)),
+        )
+        return self
+
+    def watch_channel(self) -> None:
+        """Watch our channel's children (the command thread gets each listing).  The channel must exist; a deleted
+        one ends the watch, and is created and watched again (``consumer.registration``)."""
         self.zk.watch_children(
             paths.channel(self.config.group, self.consumer_id), lambda children: self._events.put(("channel", children))
         )
-        return self
 
     def _fit_lease(self) -> None:
         """The lease is a fraction of the session timeout the server *granted* (it may be shorter than asked for:
@@ -172,6 +187,7 @@ class Consumer:
                 raise
         # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
         self.incarnation = stat.czxid
+        self.registered_data = reg.encode()
         self.registrations += 1
         self.registered_session = self.zk.session_id
         self.journal.emit(

@@ -40,6 +40,7 @@ from consumer.commits import Closing, Commits, FinalCommit
 from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
+from consumer.registration import check_channel, check_registration
 from consumer.vouch import vouch
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
@@ -125,7 +126,7 @@ class CommandHandler:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind == "channel":
                     self.c.redeliver_later(("channel", None))
-                elif kind in ("commit", "legacy-claim", "owner"):
+                elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node"):
                     self.c.redeliver_later((kind, arg))
                 elif self._lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
@@ -160,6 +161,10 @@ class CommandHandler:
             self._claim_awaited(arg if isinstance(arg, str) else None)
         elif kind == "register":
             self._register_again()
+        elif kind == "registration":
+            check_registration(self)
+        elif kind == "channel-node" and isinstance(arg, bool):
+            check_channel(self, arg)
 
     def _on_close(self, closing: Closing) -> None:
         """The command thread's part of ``close``: commit what was consumed (not once the lease is void: the
@@ -174,7 +179,7 @@ class CommandHandler:
             final.end(final.FAILED, "lease expired: ZooKeeper unreachable", pending=pending)
         elif final.begin(pending):
             try:
-                self.commits.quietly(positions)
+                self.commits.quietly(positions, final=True)
                 final.end(final.LANDED)
             except ZkError as e:  # not sent or refused: failed; sent and unanswered: it may land yet
                 final.failed(e)
@@ -187,6 +192,17 @@ class CommandHandler:
         except ZkError as e:
             log.warning("consumer %s: closing: %s", self.c.consumer_id, e)
             report.skip(RELEASE, e)
+        if revoked and self.on_revoked is not None:
+            self._callback(self.on_revoked, revoked)
+
+    @property
+    def lost(self) -> bool:
+        """Whether our session was lost and we are not registered again yet."""
+        return self._lost
+
+    def release_all(self, revoked: list[TopicPartition]) -> None:
+        """After every partition was stopped and committed: forget the claims, tell the application."""
+        self._release()
         if revoked and self.on_revoked is not None:
             self._callback(self.on_revoked, revoked)
 
@@ -303,7 +319,9 @@ class CommandHandler:
             return None
         if command.epoch < self.epoch:
             return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
-        if command.generation < self.generation:
+        if command.epoch == self.epoch and command.generation < self.generation:
+            # Generations are ordered within an epoch: a newer coordinator's are newer whatever their number (its
+            # state may have been lost, and the generation count restarted; the older coordinator is fenced).
             return f"stale: generation {command.generation} < {self.generation}"
         if command.incarnation is not None and command.incarnation != self.c.incarnation:
             # Planned for a registration of ours that a session loss ended (or before we registered again).
@@ -318,8 +336,10 @@ class CommandHandler:
         self.c.redeliver_later(("channel", None), delay=0.5)
 
     def _adopt(self, command: Command) -> None:
-        self.epoch = max(self.epoch, command.epoch)
-        self.generation = max(self.generation, command.generation)
+        if command.epoch > self.epoch:
+            self.epoch, self.generation = command.epoch, command.generation
+        else:
+            self.generation = max(self.generation, command.generation)
 
     def _stop(self, path: str, command: Command) -> bool:
         """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""
@@ -430,6 +450,7 @@ class CommandHandler:
         previous owner (see :meth:`OffsetStore.claim`'s ``wait``)."""
         c = self.c
         result = c.offsets.claim(ownership, add=incremental, wait=c.on_owner_changed if awaited else None)
+        self.commits.journal_repairs()
         for problem in result.problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
         fetching = {tp: claim.thread for tp, claim in result.claims.items()}

@@ -39,9 +39,12 @@ class Commits:
         positions: dict[TopicPartition, int],
         ack: str | None = None,
         handover: dict[TopicPartition, str] | None = None,
+        *,
+        final: bool = False,
     ) -> dict[TopicPartition, int]:
-        """Commit; with ``ack``, delete that command in the same transaction, and with ``handover`` set those
-        partitions' owner znodes (see :meth:`consumer.offsets.OffsetStore.commit`).
+        """Commit (``final``: the last commit of these partitions, written even if unchanged); with ``ack``, delete
+        that command in the same transaction, and with ``handover`` set those partitions' owner znodes (see
+        :meth:`consumer.offsets.OffsetStore.commit`).
 
         :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
         :raises ZkError: nothing was committed.
@@ -49,8 +52,9 @@ class Commits:
         c = self.c
         with self.lock:
             try:
-                written = c.offsets.commit(positions, ack=ack, handover=handover)
+                written = c.offsets.commit(positions, ack=ack, handover=handover, final=final)
             except OffsetCommitFencedError as e:
+                self.journal_repairs()
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal(e.committed)
                 for tp in e.partitions:
@@ -62,9 +66,25 @@ class Commits:
                         partition=tp.partition,
                     )
                 raise
+            self.journal_repairs()
             self._mirror(positions)
             self._journal(written)
             return written
+
+    def journal_repairs(self) -> None:
+        """Journal the owner znodes the offset store repaired (a claim's or a commit's: see consumer.offsets)."""
+        c = self.c
+        for r in c.offsets.take_repairs():
+            c.journal.emit(
+                "owner.repaired",
+                group=c.config.group,
+                consumer=c.consumer_id,
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                thread=r.thread,
+                reason=r.reason,
+            )
+            log.warning("consumer %s: repaired the owner znode of %s/%d (%s)", c.consumer_id, *r.tp, r.reason)
 
     def stopped(
         self,
@@ -82,7 +102,7 @@ class Commits:
         if lost:
             self.unsettled.clear()
             return False
-        acked = self.quietly(dict(self.unsettled), ack, handover)
+        acked = self.quietly(dict(self.unsettled), ack, handover, final=True)
         self.unsettled.clear()
         return acked
 
@@ -91,10 +111,12 @@ class Commits:
         positions: dict[TopicPartition, int],
         ack: str | None = None,
         handover: dict[TopicPartition, str] | None = None,
+        *,
+        final: bool = False,
     ) -> bool:
         """Commit, logging a fenced partition; True if ``ack`` was deleted with it.  :raises ZkError: as commit."""
         try:
-            self.commit(positions, ack, handover)
+            self.commit(positions, ack, handover, final=final)
         except OffsetCommitFencedError as e:
             log.warning("consumer %s: %s", self.c.consumer_id, e)
         return ack is not None

@@ -6,6 +6,16 @@ that version: if the coordinator has since given the partition to another thread
 version) or removed it, the check fails and the commit of that partition is refused with
 :class:`OffsetCommitFencedError`.  A consumer that no longer owns a partition therefore cannot move its offset.
 
+An owner znode that vanished or cannot be decoded under a live claim was not written by the coordinator (it never
+deletes or rewrites the owner znode of a partition a live member holds before that member acknowledged a stop of it;
+a member whose registration went away in a session expiry holds nothing): it was damaged by hand or by a buggy
+client.  The claimant is then the legitimate owner, and repairs the znode with its own thread (conditionally on what
+it read) before it commits -- but only while the registration it claimed under is still alive in the same session,
+so that a consumer whose session ended (a zombie) can never recreate an owner znode.  Likewise, a start-fetcher's
+partition whose owner znode is absent or unreadable is repaired to the thread the command names: the command comes
+from the coordinator of the newest epoch this consumer has seen, after every earlier holder acknowledged its stop.
+Each repair is reported (:meth:`OffsetStore.take_repairs`, journalled ``owner.repaired``).
+
 Threads: methods are called by the consumer's command thread and by ``poll()``/``commit()`` on the application's
 thread; a lock serialises them.
 """
@@ -19,8 +29,8 @@ from dataclasses import dataclass
 
 from consumer.records import TopicPartition
 from zkcoord import paths
-from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError
-from zkcoord.zk import WatchEvent, ZkClient
+from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
+from zkcoord.zk import Stat, WatchEvent, ZkClient
 from zkcoord.znodes import decode_int, decode_owner, encode_int, encode_owner
 
 
@@ -53,16 +63,33 @@ class Claim:
     owner_version: int
     committed: int | None
     offset_exists: bool
+    #: the ZooKeeper session the claim was read in (only a claim of the current session may repair its owner znode)
+    session: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """An owner znode a consumer rewrote with its own thread: ``reason`` says what it found."""
+
+    tp: TopicPartition
+    thread: str
+    reason: str
 
 
 class OffsetStore:
-    def __init__(self, zk: ZkClient, group: str) -> None:
+    def __init__(self, zk: ZkClient, group: str, member: str | None = None) -> None:
+        """``member``: the path of our registration (a repair needs it alive in the claim's session)."""
         self.zk = zk
         self.group = group
+        self.member = member
         self._lock = threading.Lock()
         self._claims: dict[TopicPartition, Claim] = {}
         self._committed: dict[TopicPartition, int] = {}
         self._ensured: set[str] = set()
+        self._repairs: list[Repair] = []
+        #: claims a commit of which had an unknown outcome (its reply lost): it may have landed, handing the partition
+        #: over, so that claim is never repaired or renewed (only a fresh claim is trusted again)
+        self._uncertain: set[TopicPartition] = set()
 
     def claim(
         self,
@@ -86,6 +113,7 @@ class OffsetStore:
             self._ensured.add(topic)  # persistent: once there, it stays (a round trip saved per start-fetcher)
         owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in tps]
         offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in tps]
+        session = self.zk.session_id
         reads = self.zk.get_many(owner_paths + offset_paths, watch=wait, watched=set(owner_paths))
         claims: dict[TopicPartition, Claim] = {}
         problems: list[str] = []
@@ -95,13 +123,9 @@ class OffsetStore:
             if owner is None and wait is not None:
                 pending.add(tp)
                 continue
-            if owner is None:
-                problems.append(f"{owner_paths[i]}: no owner registered")
-                continue
-            try:
-                holder = decode_owner(owner[0], owner_paths[i])
-            except CodecError as e:
-                problems.append(str(e))
+            holder, version, problem = self._holder(tp, ownership[tp], owner, repair=wait is None, session=session)
+            if holder is None:
+                problems.append(f"{owner_paths[i]}: {problem}")
                 continue
             if holder != ownership[tp] and wait is not None:
                 pending.add(tp)
@@ -115,23 +139,44 @@ class OffsetStore:
                     committed = decode_int("committed offset", offset[0], offset_paths[i])
                 except CodecError as e:
                     problems.append(f"{e}; starting from the start policy")
-            claims[tp] = Claim(ownership[tp], owner[1].version, committed, offset is not None)
+            claims[tp] = Claim(ownership[tp], version, committed, offset is not None, session)
         with self._lock:
             if not add:
                 self._claims, self._committed = {}, {}
             self._claims.update(claims)
+            self._uncertain -= set(claims)
             self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
         return Claims(claims, problems, pending)
+
+    def _holder(
+        self, tp: TopicPartition, thread: str, owner: tuple[bytes, Stat] | None, *, repair: bool, session: int
+    ) -> tuple[str | None, int, str]:
+        """``(holder, version, problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for ``thread``.  An
+        absent or unreadable one was not written by the coordinator that sent the start (see the module's
+        docstring): with ``repair`` it is ours to repair, and is."""
+        problem = "no owner registered"
+        if owner is not None:
+            try:
+                return decode_owner(owner[0], paths.owner(self.group, *tp)), owner[1].version, ""
+            except CodecError as e:
+                problem = f"unreadable ({e.reason})"
+        if not repair:
+            return None, -1, problem
+        repaired = self._repair(tp, thread, owner[1] if owner else None, problem, session)
+        if repaired is None:
+            return None, -1, f"{problem}, and could not be repaired"
+        return thread, repaired, ""
 
     def release(self, tps: Iterable[TopicPartition] | None = None) -> None:
         """Forget the claims on ``tps`` (None: all of them); their offsets can no longer be committed by us."""
         with self._lock:
             if tps is None:
-                self._claims, self._committed = {}, {}
+                self._claims, self._committed, self._uncertain = {}, {}, set()
                 return
             for tp in tps:
                 self._claims.pop(tp, None)
                 self._committed.pop(tp, None)
+                self._uncertain.discard(tp)
 
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:
@@ -142,10 +187,14 @@ class OffsetStore:
         positions: Mapping[TopicPartition, int],
         ack: str | None = None,
         handover: Mapping[TopicPartition, str] | None = None,
+        *,
+        final: bool = False,
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
-        Only changed positions are written, in one transaction that checks every owner version first.  ``ack``: a
+        Only changed positions are written (``final``: every one, the last commit before the partitions go to
+        another owner -- the offset znode we wrote last may have been deleted since, and the next owner starts from
+        what it reads there), in one transaction that checks every owner version first.  ``ack``: a
         command to delete in that same transaction (so it is acknowledged exactly when the commit lands), or alone
         when there is nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
         longer fetched) whose owner znode that same transaction sets to the given thread, conditional on the version
@@ -155,10 +204,16 @@ class OffsetStore:
         :raises ZkError: on I/O failure (nothing is committed then).
         """
         with self._lock:
-            todo = {tp: off for tp, off in positions.items() if tp in self._claims and self._committed.get(tp) != off}
+            todo = {
+                tp: off
+                for tp, off in positions.items()
+                if tp in self._claims and (final or self._committed.get(tp) != off)
+            }
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
+            rechecked: set[TopicPartition] = set()  # each owner znode is looked at again at most once per commit
+            recreated: set[TopicPartition] = set()
             while todo or handing:
                 try:
                     self._commit_once(todo, ack, handing)
@@ -168,21 +223,34 @@ class OffsetStore:
                     tp_created = self._offset_of_path(e.path, todo)
                     if tp_created is None:
                         raise
-                    c = self._claims[tp_created]
-                    self._claims[tp_created] = Claim(c.thread, c.owner_version, c.committed, True)
+                    self._offset_exists(tp_created, exists=True)
                     continue
                 except (BadVersionError, NoNodeError) as e:
                     if ack is not None and e.path == ack:
                         ack = None  # acknowledged already (a reply lost earlier): commit alone
                         continue
+                    gone = self._offset_of_path(e.path, todo)
+                    if isinstance(e, NoNodeError) and gone is not None and gone not in recreated:
+                        # The offset znode (or its parents) was deleted under us: create it, parents first.
+                        recreated.add(gone)
+                        self._offset_exists(gone, exists=False)
+                        continue
                     lost = self._owner_of_path(e.path, [*todo, *handing])
                     if lost is None:
                         raise
+                    if lost not in rechecked and lost not in self._uncertain:
+                        rechecked.add(lost)
+                        if self._recheck(lost):
+                            continue  # still ours (repaired if it had to be): commit again
                     fenced.append(lost)
                     del self._claims[lost]  # it is somebody else's now
                     todo.pop(lost, None)
                     handing.pop(lost, None)
                     continue
+                except ZkError:
+                    # Not a refusal: the outcome is unknown (a reply lost), so these claims may be over already.
+                    self._uncertain.update({*todo, *handing})
+                    raise
                 ack = None  # deleted with the commit
                 written.update(todo)
                 todo, handing = {}, {}
@@ -215,8 +283,71 @@ class OffsetStore:
             txn.delete(ack)
         txn.commit()
         for tp, off in todo.items():
-            self._claims[tp] = Claim(self._claims[tp].thread, self._claims[tp].owner_version, off, True)
+            c = self._claims[tp]
+            self._claims[tp] = Claim(c.thread, c.owner_version, off, True, c.session)
             self._committed[tp] = off
+
+    def _offset_exists(self, tp: TopicPartition, *, exists: bool) -> None:
+        """Correct what our claim on ``tp`` knows of its offset znode's existence (absent: its parents are created,
+        as it may have been deleted with them).  Lock held.  :raises ZkError: on I/O failure."""
+        if not exists:
+            self.zk.ensure_path(paths.offsets(self.group, tp.topic))
+        c = self._claims[tp]
+        self._claims[tp] = Claim(c.thread, c.owner_version, c.committed, exists, c.session)
+
+    def take_repairs(self) -> list[Repair]:
+        """The owner znodes repaired since the last call (to journal them)."""
+        with self._lock:
+            out, self._repairs = self._repairs, []
+        return out
+
+    def _recheck(self, tp: TopicPartition) -> bool:
+        """A commit's check of ``tp``'s owner znode failed: look at it again.  True if the partition is still ours
+        -- it names our thread (at another version: rewritten by hand to the same value), or it was absent or
+        unreadable and has been repaired -- with the claim's version updated.  Only for a claim none of whose commits
+        had an unknown outcome: while we hold such a claim nobody else writes the owner znode (the coordinator waits
+        for our stop, and a hand-over is our own write), so a change we did not make was made by hand.  Lock held.
+        :raises ZkError: on I/O failure."""
+        claim, path = self._claims[tp], paths.owner(self.group, tp.topic, tp.partition)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            version = self._repair(tp, claim.thread, None, "vanished", claim.session)
+        else:
+            try:
+                holder = decode_owner(data, path)
+            except CodecError as e:
+                version = self._repair(tp, claim.thread, stat, f"unreadable ({e.reason})", claim.session)
+            else:
+                version = stat.version if holder == claim.thread else None
+        if version is None:
+            return False
+        self._claims[tp] = Claim(claim.thread, version, claim.committed, claim.offset_exists, claim.session)
+        return True
+
+    def _repair(self, tp: TopicPartition, thread: str, found: Stat | None, reason: str, session: int) -> int | None:
+        """Write ``thread`` into ``tp``'s owner znode, which was absent (``found`` None: created, parents first) or
+        unreadable (set, conditionally on ``found``'s version), provided our registration is alive in ``session``.
+        Returns the znode's new version, or None if it could not be repaired (someone else wrote it meanwhile, or
+        we are not the registration that claimed it).  :raises ZkError: on other I/O failures."""
+        if session != self.zk.session_id or session == 0:
+            return None
+        if self.member is not None:
+            registered = self.zk.exists(self.member)
+            if registered is None or registered.ephemeralOwner != session:
+                return None
+        path = paths.owner(self.group, tp.topic, tp.partition)
+        try:
+            if found is None:
+                self.zk.ensure_path(paths.owners(self.group, tp.topic))
+                self.zk.create(path, encode_owner(thread))
+                version = 0
+            else:
+                version = self.zk.set(path, encode_owner(thread), found.version).version
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            return None
+        self._repairs.append(Repair(tp, thread, reason))
+        return version
 
     def _offset_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
         for tp in todo:

@@ -90,6 +90,12 @@ EVENTS: dict[str, str] = {
         "a position was out of its log's range and the reset policy moved it (or held the partition, to null): "
         "group, consumer, thread, topic, partition, from, to, policy, reason, log_start, high_water"
     ),
+    "owner.repaired": "a consumer rewrote the owner znode of a partition it owns (vanished or unreadable): group, "
+    "consumer, topic, partition, thread, reason",
+    "member.unreadable": "the coordinator cannot decode a live member's registration (given nothing; stopped first "
+    "if it may be fetching): group, consumer, incarnation, stopped",
+    "registration.repaired": "a consumer found its registration changed or gone under its session and rewrote it: "
+    "group, consumer, reason",
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
     "legacy.rebalance.started": "a legacy rebalance attempt began: group, consumer, attempt, trigger",
     "legacy.rebalance.conflict": (

@@ -50,6 +50,15 @@ def group_of_ids(path: str) -> str | None:
     return None
 
 
+def group_of_member(path: str) -> str | None:
+    """The group whose member registration path :func:`member` built, or None if ``path`` is not one."""
+    head = f"{GROUPS}/"
+    if not path.startswith(head):
+        return None
+    parts = path[len(head) :].split("/")
+    return parts[0] if len(parts) == 3 and parts[1] == "ids" and parts[0] and parts[2] else None
+
+
 def member(group_name: str, consumer_id: str) -> str:
     return f"{GROUPS}/{group_name}/ids/{consumer_id}"
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve
+from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held, unreadable_holders
 from zkcoord.errors import ConfigurationError
 from zkcoord.faults import parse
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
@@ -178,3 +180,77 @@ def test_a_member_that_left_or_came_back_owns_nothing_and_is_not_asked_to_stop()
     assert planned.necessary and planned.reason == "membership changed"
     m = moves(back, planned.target)
     assert "c" not in m.revoke and "c" in m.gain
+
+
+# --- members whose registration cannot be read ------------------------------------------------------------------
+
+
+def test_an_unreadable_member_is_planned_as_present_stopped_and_given_nothing() -> None:
+    members = {c: reg({"orders": 1}) for c in ("a", "b")}
+    before = stable_for(snapshot(members, None, {}))
+    assert before.state is not None
+    # b's registration turns to garbage (its session lives): b is still a member, in its recorded incarnation.
+    a_only = {"a": before.members["a"]}
+    garbled = GroupSnapshot("g", a_only, before.state, before.owners, unreadable={"b": before.members["b"].incarnation})
+    planned = plan(garbled, TOPICS, "range")
+    assert planned.members == dict(before.state.members)  # the rebalance's members, so its stop goes to b
+    assert planned.target == {"orders": {0: "a-0", 1: "a-0"}}  # b gets nothing while unreadable
+    assert planned.necessary  # b's partition moves: a rebalance (eager, b stopped first) is needed
+    # Planned as left (before the fix) b would have been dropped from the members, and its partition given away
+    # without a stop.
+    assert "b" in planned.members
+
+
+def test_a_group_with_an_unreadable_member_is_never_incremental_and_its_holdings_count() -> None:
+    members = {c: inc({"clicks": 1}) for c in ("a", "b")}
+    before = settled(members)
+    assert before.state is not None
+    garbled = GroupSnapshot(
+        "g", {"a": before.members["a"]}, before.state, before.owners, unreadable={"b": before.members["b"].incarnation}
+    )
+    planned = plan(garbled, TOPICS, "range")
+    assert not planned.incremental  # what b asked for is unknown: everyone is stopped
+    assert still_held(garbled) == before.owners  # b's partitions are still held by b, not free
+
+
+def test_an_unreadable_registration_that_holds_nothing_is_left_out_and_blocks_nothing() -> None:
+    before = stable_for(snapshot({"a": reg({"orders": 1})}, None, {}))
+    stranger = GroupSnapshot("g", before.members, before.state, before.owners, unreadable={"z": 77})
+    planned = plan(stranger, TOPICS, "range")
+    assert unreadable_holders(stranger) == {}
+    assert "z" not in planned.members and not planned.necessary  # no stop it could never acknowledge
+    # Named by the registry (the state lost, say), it may be fetching: a member again.
+    named = GroupSnapshot("g", before.members, None, {"orders": {0: "z-0", 1: "a-0"}}, unreadable={"z": 77})
+    assert plan(named, TOPICS, "range").members == {"a": 100, "z": 77}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.tuples(st.dictionaries(st.sampled_from(sorted(TOPICS)), st.integers(1, 3), min_size=1), st.booleans()),
+        min_size=1,
+    ),
+    st.sampled_from(["range", "roundrobin", "sticky"]),
+)
+def test_unreadable_members_that_may_fetch_are_members_that_are_given_nothing(
+    spec: dict[str, tuple[dict[str, int], bool]], assignor: str
+) -> None:
+    """Property: from a settled group some of whose registrations become unreadable, every unreadable member the
+    registry names is a member of the plan with its incarnation, no unreadable member's thread is in the target,
+    and the readable members get every partition of the topics they subscribe to."""
+    everyone = {cid: Member(cid, reg(subs), i) for i, (cid, (subs, _)) in enumerate(sorted(spec.items()))}
+    settled_group = stable_for(GroupSnapshot("g", everyone, None, {}))
+    readable = {cid: m for cid, m in everyone.items() if spec[cid][1]}
+    unreadable = {cid: m.incarnation for cid, m in everyone.items() if not spec[cid][1]}
+    snap = GroupSnapshot("g", readable, settled_group.state, settled_group.owners, unreadable=unreadable)
+    planned = plan(snap, TOPICS, assignor)
+    holders = {t.rsplit("-", 1)[0] for parts in settled_group.owners.values() for t in parts.values()}
+    expected = {c: m.incarnation for c, m in readable.items()} | {c: unreadable[c] for c in holders & set(unreadable)}
+    assert planned.members == expected
+    owners = {t.rsplit("-", 1)[0] for parts in planned.target.values() for t in parts.values()}
+    assert not owners & set(unreadable)
+    wanted = {t for m in readable.values() for t in m.registration.subscription}
+    assert {t: set(p) for t, p in planned.target.items()} == {t: set(range(TOPICS[t])) for t in wanted}
+    if holders & set(unreadable):
+        assert not planned.incremental and planned.necessary

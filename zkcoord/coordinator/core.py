@@ -46,7 +46,7 @@ from zkcoord.coordinator.election import Fence, Term
 from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
-from zkcoord.coordinator.snapshot import Listing, read_groups
+from zkcoord.coordinator.snapshot import Listing, listing, read_groups
 from zkcoord.errors import FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -338,6 +338,7 @@ class Coordinator:
             schedule=self._schedule_group,
             topics=lambda: self._topics,
             ack_watch=self._new_watch("ack"),
+            member_watch=self._members_watch,
             clock=self.clock,
             wall_ms=self.wall_ms,
         )
@@ -451,13 +452,13 @@ class Coordinator:
             if got is None:
                 missing.append(group)
             else:
-                out[group] = (got[0], got[1].cversion)
+                out[group] = listing(got)
         fence = self.rebalancer.writer.fence if self.rebalancer else None
         if missing and fence is not None:
             for group in missing:
                 fence.ensure(paths.group_ids(group))
             again = self.zk.children_stat_many([paths.group_ids(g) for g in missing], watch=watch)
-            out.update((g, (c[0], c[1].cversion)) for g, c in zip(missing, again, strict=True) if c is not None)
+            out.update((g, listing(c)) for g, c in zip(missing, again, strict=True) if c is not None)
         # Only a listing made under an armed watch stands for the group's members until the watch fires.
         for group in groups:
             if group in out:
@@ -468,7 +469,7 @@ class Coordinator:
 
     def _on_members_watch(self, path: str, kind: WatchKind) -> None:
         """A group's members watch fired: list the group again (with the other groups of this turn)."""
-        group = paths.group_of_ids(path)
+        group = paths.group_of_ids(path) or paths.group_of_member(path)  # a watched unreadable registration too
         if group is None or group not in self._groups:
             return
         self._relist.add(group)

@@ -36,6 +36,11 @@ class GroupSnapshot:
     rejected: tuple[tuple[str, str], ...] = ()
     #: a migrating group's ``zk-client`` members (``/consumers/<g>/ids``, less our own members' mirror registrations)
     legacy: Mapping[str, Member] = field(default_factory=dict)
+    #: members whose registration znode exists but cannot be decoded: consumer id -> incarnation (its ``czxid``).
+    #: Such a member is alive (its session holds the ephemeral).  If it may be fetching (:func:`unreadable_holders`)
+    #: it is a member of the rebalance like any other -- stopped before anything it holds moves -- but, what it
+    #: subscribes to being unknown, it is given nothing until its registration can be read again.
+    unreadable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +152,7 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         target = restrict(target, snapshot.members)
         legacy_partitions = everything - sum(len(parts) for parts in target.values())
     members = {cid: m.incarnation for cid, m in snapshot.members.items()}
+    members.update(unreadable_holders(snapshot))  # stopped with everyone, given nothing
     legacy = {cid: m.incarnation for cid, m in snapshot.legacy.items()}
     reason = necessity(snapshot, members, target, legacy)
     return Plan(
@@ -166,13 +172,34 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
 
 def incremental_group(snapshot: GroupSnapshot) -> bool:
     """Whether every member asked for incremental rebalancing, in a group with no migration going on (a migrating
-    consumer's 0.8 claims are all-or-nothing, so such groups stay eager)."""
+    consumer's 0.8 claims are all-or-nothing, so such groups stay eager) and no member whose registration cannot be
+    read (what it asked for is unknown: the group is rebalanced eagerly, every member stopped)."""
     members = snapshot.members.values()
     return (
         bool(snapshot.members)
         and not snapshot.legacy
+        and not unreadable_holders(snapshot)
         and all(m.registration.incremental and not m.registration.migrating for m in members)
     )
+
+
+def unreadable_holders(snapshot: GroupSnapshot) -> dict[str, int]:
+    """The members whose registration cannot be read that may be fetching, consumer id -> incarnation: those the
+    ownership registry names, or, in the incarnation the state recorded, the state's target names.  A consumer fetches
+    only what a start-fetcher for its incarnation gave it, which the registry and the target record (the registry
+    even when the state is lost).  The others -- a registration that never got anything, or an earlier incarnation's
+    -- fetch nothing: they are left out of the rebalance (a znode no consumer stands behind would otherwise block it,
+    never acknowledging a stop), and reported."""
+    state = snapshot.state
+    named = {thread.rsplit("-", 1)[0] for parts in snapshot.owners.values() for thread in parts.values()}
+    if state is not None:
+        named |= {
+            cid
+            for cid in snapshot.unreadable
+            if state.members.get(cid) == snapshot.unreadable[cid]
+            and any(t.rsplit("-", 1)[0] == cid for parts in state.target.values() for t in parts.values())
+        }
+    return {cid: incarnation for cid, incarnation in snapshot.unreadable.items() if cid in named}
 
 
 def still_held(snapshot: GroupSnapshot) -> Assignment:
@@ -185,6 +212,7 @@ def still_held(snapshot: GroupSnapshot) -> Assignment:
     if state is None:
         return {}
     alive = {cid for cid, member in snapshot.members.items() if state.members.get(cid) == member.incarnation}
+    alive |= {cid for cid, incarnation in snapshot.unreadable.items() if state.members.get(cid) == incarnation}
     return restrict(snapshot.owners, alive)
 
 

@@ -53,8 +53,9 @@ from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops,
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.plan import Moves, Plan, moves, plan
+from zkcoord.coordinator.plan import Moves, moves, plan
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
+from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -81,6 +82,7 @@ class Rebalancer:
         schedule: Schedule,
         topics: Callable[[], Mapping[str, int]],
         ack_watch: Callable[[WatchEvent], None] | None = None,
+        member_watch: Callable[[WatchEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -93,12 +95,15 @@ class Rebalancer:
         #: the one-shot watch set on every command written (its deletion is the acknowledgement): it must only
         #: enqueue, and the worker then calls :meth:`on_ack`
         self.ack_watch = ack_watch
+        #: the one-shot watch set on a registration that cannot be decoded (the members watch: it only enqueues)
+        self.member_watch = member_watch
         self.clock = clock
         self.wall_ms = wall_ms
         self.epoch = writer.fence.term.epoch
         self.active: dict[str, Attempt] = {}
         self.retries: dict[str, int] = {}
         self.group_state: dict[str, str] = {}
+        self.generations: dict[str, int] = {}  # the last one given each group: it only grows, whatever the state (S5)
         #: each group's member registrations as last read (the coordinator routes topic changes with them)
         self.registrations: dict[str, list[MemberRegistration]] = {}
         #: groups migrating from the zk-client protocol as last read (the coordinator watches their zk-client ids)
@@ -133,11 +138,7 @@ class Rebalancer:
             and :attr:`Begun.DEFERRED` is returned: the caller queues the group again.
         :raises FencedError: the term is over.  Other ZooKeeper errors are handled as a failed attempt.
         """
-        if read is None:
-            try:
-                read = read_group(self.zk, group, self.registries.get(group), self.members)
-            except ZkError as e:
-                read = e
+        read = self._read(group, read)
         if isinstance(read, ZkError):
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
             return Begun.SKIPPED
@@ -154,7 +155,7 @@ class Rebalancer:
             self.migrating.add(group)
         else:
             self.migrating.discard(group)
-        self._report_input(read, planned)
+        report_input(self.journal, read, planned)
         if not wanted:
             self.metrics.rebalances_skipped += 1
             self.group_state[group] = "stable" if planned.members else "empty"
@@ -165,15 +166,14 @@ class Rebalancer:
             self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
             return Begun.SKIPPED
         state = read.snapshot.state
-        generation = (state.generation if state else 0) + 1
+        generation = self.generations[group] = max(state.generation if state else 0, self.generations.get(group, 0)) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
         if self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
             attempt.moves = moves(read.snapshot, planned.target)
             if attempt.moves.revoke and attempt.moves.one_step:
                 attempt.step = Step.HANDOVER
-        # The version the stop phase writes over (a resume after a connection loss in which no batch landed
-        # starts from it again).
+        # The version the stop phase writes over (a resume in which no batch landed starts from it again).
         attempt.state_version = read.state_version
         migration = {"legacy": sorted(planned.legacy), "legacy_partitions": planned.legacy_partitions}
         if attempt.number == 0:
@@ -200,14 +200,16 @@ class Rebalancer:
         self._first_step(attempt)
         return Begun.STARTED if group in self.active else Begun.SKIPPED
 
-    def _report_input(self, read: ReadResult, planned: Plan) -> None:
-        """Journal what was refused or left out of the plan (S7)."""
-        group = planned.group
-        for path, reason in read.snapshot.rejected:
-            self.journal.emit("input.rejected", what="znode", path=path, reason=reason)
-            log.warning("group %s: ignoring %s: %s", group, path, reason)
-        for what, reason in planned.notes:
-            self.journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+    def _read(self, group: str, read: ReadResult | ZkError | None) -> ReadResult | ZkError:
+        """The group as read (by the caller, or now), its unreadable members watched; or the read's error."""
+        try:
+            if read is None:
+                read = read_group(self.zk, group, self.registries.get(group), self.members)
+            if isinstance(read, ZkError):
+                return read
+            return watch_unreadable(self.zk, read, self.member_watch, self.members)
+        except ZkError as e:
+            return e
 
     def _incremental(self, attempt: Attempt) -> bool:
         """Whether ``attempt`` may move only what changes: every member asked for it, and what each fetches is
@@ -286,8 +288,7 @@ class Rebalancer:
             self._advance(attempt)
 
     def on_members(self, group: str, children: list[str]) -> bool:
-        """The group's ids changed.  An attempt whose member vanished is aborted at once (no timeout wait);
-        returns True then, and the caller requests the next attempt."""
+        """The group's ids changed: an attempt whose member vanished is aborted (True: request the next one)."""
         attempt = self.active.get(group)
         if attempt is None:
             return False

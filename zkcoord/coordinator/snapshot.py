@@ -4,7 +4,11 @@
 this way); :func:`read_group` is the same for one group.
 
 Runs on the coordinator's worker thread.  Malformed znodes are never fatal: each becomes a ``(path, reason)`` in
-``GroupSnapshot.rejected`` and the member (or owner) is left out, so the group is rebalanced without it (S7).
+``GroupSnapshot.rejected`` (S7).  What the coordinator then does depends on what the znode stands for: a member
+registration it cannot decode still stands for a live member (its ephemeral exists, so its session does, and it may
+be fetching): it goes in ``GroupSnapshot.unreadable`` with its incarnation, and is planned as a member that is stopped
+like any other but given nothing (:mod:`~zkcoord.coordinator.plan`).  An owner znode it cannot decode is in
+``ReadResult.unreadable_owners``: its partition counts as unowned, and the next rebalance overwrites it.
 """
 
 from __future__ import annotations
@@ -52,8 +56,13 @@ class KnownRegistry:
     owners: dict[str, dict[int, str]]
 
 
-#: A group's ``ids`` as listed: the children and the ``cversion`` of ``ids`` at that listing.
-Listing = tuple[list[str], int]
+#: A group's ``ids`` as listed: the children, and the ``cversion`` and ``czxid`` of ``ids`` at that listing.
+Listing = tuple[list[str], int, int]
+
+
+def listing(got: tuple[list[str], Stat]) -> Listing:
+    """A listing of ``ids`` with its stat, as :class:`KnownMembers` needs it."""
+    return got[0], got[1].cversion, got[1].czxid
 
 
 @dataclass
@@ -63,12 +72,15 @@ class KnownMembers:
     A registration never changes while its znode lives (a consumer that registers again makes a new znode, with a
     new ``czxid``), so a later listing needs only the new names read -- provided no name was deleted and created
     again in between, which the ``cversion`` tells: it counts every creation and deletion of a child, so when it
-    grew by exactly the number of names added and removed, nothing else happened.
+    grew by exactly the number of names added and removed, nothing else happened.  It counts from 0 again when
+    ``ids`` itself is deleted and created again (by hand): the ``czxid`` of ``ids`` tells that.
     """
 
     cversion: int
     names: frozenset[str]
     members: dict[str, Member]
+    #: czxid of ``ids`` at that listing
+    parent: int = 0
 
 
 def read_group(
@@ -137,12 +149,11 @@ def read_groups(
         listed = {g: known[g] for g in groups if g in known}
         ids_stats = burst[2 * n :]
         listed.update(
-            (g, ([], -1) if got is None else (got[0], got[1].cversion))
-            for g, got in zip(unlisted, ids_stats, strict=True)
+            (g, ([], -1, 0) if got is None else listing(got)) for g, got in zip(unlisted, ids_stats, strict=True)
         )
         cache = known_members if known_members is not None else {}
         ids = {g: sorted(listed[g][0]) for g in groups}
-        fresh = {g: _to_read(ids[g], listed[g][1], cache.get(g)) for g in groups}
+        fresh = {g: _to_read(ids[g], listed[g][1], listed[g][2], cache.get(g)) for g in groups}
         reads = zk.get_many(
             [p for g in groups for p in (*(paths.member(g, c) for c in fresh[g]), paths.group_state(g))]
         )
@@ -183,17 +194,17 @@ def read_groups(
         )
         out[g] = dataclasses.replace(read, unreadable_owners=frozenset(unreadable[g])) if unreadable[g] else read
         if listed[g][1] >= 0:
-            cache[g] = KnownMembers(listed[g][1], frozenset(ids[g]), dict(read.snapshot.members))
+            cache[g] = KnownMembers(listed[g][1], frozenset(ids[g]), dict(read.snapshot.members), listed[g][2])
         at += n + 1
     _with_legacy_members(zk, out, legacy_ids)
     return out
 
 
-def _to_read(names: list[str], cversion: int, known: KnownMembers | None) -> list[str]:
+def _to_read(names: list[str], cversion: int, parent: int, known: KnownMembers | None) -> list[str]:
     """The members of a listing whose registrations must be read: all of them, unless ``known`` is the same
     registry at an earlier ``cversion`` and the difference accounts for every change since (see
     :class:`KnownMembers`); then only the names not known (new ones, and those that could not be read or decoded)."""
-    if known is None or cversion < 0:
+    if known is None or cversion < 0 or parent != known.parent:
         return names
     now = set(names)
     changes = len(now - known.names) + len(known.names - now)
@@ -232,6 +243,7 @@ def _decode(
     """One group's snapshot from its reads: the member registrations, then the state (the last of ``reads``);
     ``kept``: registrations known already, not read again."""
     members: dict[str, Member] = dict(kept)
+    unreadable: dict[str, int] = {}
     for cid, got in zip(member_ids, reads[:-1], strict=True):
         if got is None:
             continue  # left between the listing and the read
@@ -241,6 +253,7 @@ def _decode(
             members[cid] = Member(cid, MemberRegistration.decode(data, path), stat.czxid)
         except CodecError as e:
             rejected.append((path, e.reason))
+            unreadable[cid] = stat.czxid  # alive all the same: see GroupSnapshot.unreadable
 
     state: GroupState | None = None
     state_version = -1
@@ -260,6 +273,7 @@ def _decode(
         state=state,
         owners=owners,
         rejected=tuple(rejected),
+        unreadable=unreadable,
     )
     return ReadResult(snapshot, state_version, frozenset(topics or []), topics is not None, migrating=migrating)
 

@@ -1,0 +1,75 @@
+"""Keeping the consumer's own znodes as it wrote them: its registration and its command channel.
+
+Both belong to this consumer's session, and the coordinator depends on both: a registration it cannot decode gets no
+partitions (``zkcoord.coordinator.unreadable``), and a channel that vanished leaves the consumer deaf to every
+command (the children watch on it ends with it).  Anyone may damage them -- an operator's ``set`` or ``delete``, a
+buggy client -- and only this consumer can tell what they should hold, so it repairs them as soon as a watch says
+they changed:
+
+* a registration whose data is not what we wrote is written back (conditionally on the version read), as Kafka 0.8's
+  consumer re-registers; its incarnation (``czxid``) does not change, so no command is invalidated;
+* a registration deleted while our session lives makes the coordinator count us as gone, and it may give our
+  partitions away without a stop (it expects a gone member to have stopped, S6): we stop fetching at once, commit
+  (fenced by the owner znodes, so a partition already given away is not moved), and register again as a new
+  incarnation, as after a session loss.  Between the deletion and our stop a new owner may already have started:
+  this overlap is bounded by the time the two notifications of the one deletion take to be handled;
+* a deleted channel is created again and watched again.
+
+Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from zkcoord import paths
+from zkcoord.errors import NoNodeError
+
+if TYPE_CHECKING:
+    from consumer.commands import CommandHandler
+
+log = logging.getLogger(__name__)
+
+
+def check_registration(handler: CommandHandler) -> None:
+    """Our registration's data watch fired: repair it if it is not what we wrote (see the module's docstring).
+
+    :raises ZkError: on I/O failure (the event is handled again shortly).
+    """
+    c = handler.c
+    if handler.lost or c.registered_data is None or c.zk.session_id != c.registered_session:
+        return  # a session loss is handled by registering again
+    path = paths.member(c.config.group, c.consumer_id)
+    try:
+        data, stat = c.zk.get(path)
+    except NoNodeError:
+        revoked = list(c.fetcher.assignment())
+        handler.commits.stopped(c.fetcher.revoke("registration deleted"), lost=False)
+        handler.release_all(revoked)
+        c.register()
+        _journal(handler, "deleted under a live session: stopped, committed, registered again")
+        return
+    if stat.ephemeralOwner != c.zk.session_id or data == c.registered_data:
+        return
+    c.zk.set(path, c.registered_data, stat.version)
+    _journal(handler, f"overwritten ({len(data)} bytes): written back")
+
+
+def check_channel(handler: CommandHandler, exists: bool) -> None:
+    """Our channel's data watch fired: if the channel is gone, create it again and watch its children again.
+
+    :raises ZkError: on I/O failure (the event is handled again shortly).
+    """
+    c = handler.c
+    if exists or handler.lost:
+        return
+    c.zk.ensure_path(paths.channel(c.config.group, c.consumer_id))
+    c.watch_channel()
+    _journal(handler, "channel deleted: created again")
+
+
+def _journal(handler: CommandHandler, reason: str) -> None:
+    c = handler.c
+    c.journal.emit("registration.repaired", group=c.config.group, consumer=c.consumer_id, reason=reason)
+    log.warning("consumer %s: registration repaired: %s", c.consumer_id, reason)

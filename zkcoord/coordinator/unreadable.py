@@ -1,0 +1,69 @@
+"""What the coordinator does with group znodes it cannot decode (S7), beyond leaving them out of a plan.
+
+The rule: a znode that cannot be read stands for something that may still be true.  A member registration that
+cannot be decoded still belongs to a live session (the ephemeral exists), whose consumer may be fetching: if the
+registry or the state says it holds partitions, it is a member of the rebalance
+(:attr:`~zkcoord.coordinator.plan.GroupSnapshot.unreadable`), stopped like any other before anything it holds moves;
+it is given nothing while what it subscribes to is unknown.  Its consumer repairs its own
+registration (``consumer.client``); the coordinator watches such a registration (a one-shot data watch, only on the
+unreadable ones) so that a repair is seen at once and the member gets its share.
+
+Runs on the coordinator's worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from zkcoord import paths
+from zkcoord.coordinator.plan import Plan, unreadable_holders
+from zkcoord.coordinator.snapshot import KnownMembers, ReadResult, read_group
+from zkcoord.errors import CodecError
+from zkcoord.journal import Journal
+from zkcoord.zk import WatchEvent, ZkClient
+from zkcoord.znodes import MemberRegistration
+
+log = logging.getLogger(__name__)
+
+
+def watch_unreadable(
+    zk: ZkClient,
+    read: ReadResult,
+    watch: Callable[[WatchEvent], None] | None,
+    members: dict[str, KnownMembers],
+) -> ReadResult:
+    """Set a one-shot data watch on each registration of ``read`` that could not be decoded (its change -- a repair,
+    or the member leaving -- brings the group to be examined again), reading it again as the watch is set.  If one
+    of them is readable or gone by now (changed between the two reads, so no watch will tell), the group is read
+    again and that read returned; else ``read`` itself.
+
+    :raises ZkError: on I/O failure.
+    """
+    unreadable = sorted(read.snapshot.unreadable)
+    if not unreadable or watch is None:
+        return read
+    group = read.snapshot.group
+    got = zk.get_many([paths.member(group, cid) for cid in unreadable], watch=watch)
+    for cid, now in zip(unreadable, got, strict=True):
+        if now is None:
+            return read_group(zk, group, None, members)
+        try:
+            MemberRegistration.decode(now[0], paths.member(group, cid))
+        except CodecError:
+            continue
+        return read_group(zk, group, None, members)
+    return read
+
+
+def report_input(journal: Journal, read: ReadResult, planned: Plan) -> None:
+    """Journal what was refused or left out of the plan (S7), and each member planned without a registration."""
+    group = planned.group
+    for path, reason in read.snapshot.rejected:
+        journal.emit("input.rejected", what="znode", path=path, reason=reason)
+        log.warning("group %s: ignoring %s: %s", group, path, reason)
+    for what, reason in planned.notes:
+        journal.emit("input.rejected", what=what, path=paths.group(group), reason=reason)
+    holders = unreadable_holders(read.snapshot)
+    for cid, incarnation in sorted(read.snapshot.unreadable.items()):
+        journal.emit("member.unreadable", group=group, consumer=cid, incarnation=incarnation, stopped=cid in holders)
