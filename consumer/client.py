@@ -380,7 +380,7 @@ class Consumer:
             topic=tp.topic,
             partition=tp.partition,
             offset=offset,
-            generation=self.handler.generation,
+            generation=self.handler.admission.generation,
         )
 
     def _fetch_stopped(self, tp: TopicPartition, offset: int, thread: str, reason: str) -> None:
@@ -398,7 +398,7 @@ class Consumer:
             partition=tp.partition,
             offset=offset,
             reason=reason,
-            generation=self.handler.generation,
+            generation=self.handler.admission.generation,
             **fields,
         )
 

@@ -41,7 +41,7 @@ from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
 from consumer.registration import check_channel, check_registration
-from consumer.vouch import vouch
+from consumer.vouch import Admission, vouch
 from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.shutdown import RELEASE, StopReport
@@ -96,8 +96,7 @@ class CommandHandler:
         self.c = consumer
         self.on_revoked = on_revoked
         self.on_assigned = on_assigned
-        self.epoch = -1
-        self.generation = -1
+        self.admission = Admission(consumer.config.group, unsafe=consumer.config.unsafe_no_fencing)
         self.rebalances = 0
         self.last_rebalance: Rebalance | None = None
         self._stop_received_at: float | None = None
@@ -293,7 +292,7 @@ class CommandHandler:
                 self._reject(name, None, f"malformed: {e.reason}")
                 self._ack(path, name)
                 continue
-            reason = self._refusal(command)
+            reason = self.admission.refusal(command, c.incarnation)
             verdict = vouch(command, got[1], state, paths.group_state(c.config.group))
             if reason is None and not c.config.unsafe_no_fencing and verdict.wait is not None:
                 self._wait(name, verdict.wait)  # neither applied nor acknowledged: looked at again shortly
@@ -312,40 +311,17 @@ class CommandHandler:
                 continue
             self._ack(path, name)
 
-    def _refusal(self, command: Command) -> str | None:
-        if command.group != self.c.config.group:
-            return f"addressed to group {command.group!r}"
-        if self.c.config.unsafe_no_fencing:
-            return None
-        if command.epoch < self.epoch:
-            return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
-        if command.epoch == self.epoch and command.generation < self.generation:
-            # Generations are ordered within an epoch: a newer coordinator's are newer whatever their number (its
-            # state may have been lost, and the generation count restarted; the older coordinator is fenced).
-            return f"stale: generation {command.generation} < {self.generation}"
-        if command.incarnation is not None and command.incarnation != self.c.incarnation:
-            # Planned for a registration of ours that a session loss ended (or before we registered again).
-            ours = "none yet" if self.c.incarnation is None else self.c.incarnation
-            return f"addressed to registration {command.incarnation}, ours is {ours}"
-        return None
-
     def _wait(self, name: str, why: str) -> None:
         if name not in self._waiting:
             self._waiting.add(name)
             self.c.journal.emit("input.rejected", what="command not vouched for yet", path=name, reason=why)
         self.c.redeliver_later(("channel", None), delay=0.5)
 
-    def _adopt(self, command: Command) -> None:
-        if command.epoch > self.epoch:
-            self.epoch, self.generation = command.epoch, command.generation
-        else:
-            self.generation = max(self.generation, command.generation)
-
     def _stop(self, path: str, command: Command) -> bool:
         """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""
         c = self.c
         name = path.rpartition("/")[2]
-        self._adopt(command)
+        self.admission.adopt(command)
         if command.revoke is not None and c.bridge is None:
             # Incremental: only the named partitions.  (A migrating consumer's 0.8 claims are released all at
             # once, so it stops everything; the coordinator never sends it a partial stop.)
@@ -393,7 +369,7 @@ class CommandHandler:
         """Apply a start-fetcher; False while partitions it awaits are still to be handed over (then it is
         acknowledged once they are: :meth:`_claim_awaited`)."""
         c = self.c
-        self._adopt(command)
+        self.admission.adopt(command)
         ownership = {
             TopicPartition(topic, p): thread
             for topic, parts in command.ownership.items()

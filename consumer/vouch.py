@@ -50,3 +50,43 @@ def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, sta
     if command.generation > current.generation:
         return Vouch(refused=f"forged: generation {command.generation} > the group state's {current.generation}")
     return Vouch()
+
+
+class Admission:
+    """Which commands a consumer applies (S5): refusals by group, by the newest ``(epoch, generation)`` applied, and by
+    registration.  Owned by the consumer's command thread; nothing here blocks or raises.
+
+    Commands are ordered by ``(epoch, generation)``: epochs only grow, and generations are ordered within an epoch.
+    A newer coordinator's generations are newer whatever their number: its group state may have been lost and its
+    count restarted, and the older coordinator can write nothing any more (it is fenced, S1).
+    """
+
+    def __init__(self, group: str, *, unsafe: bool = False) -> None:
+        self.group = group
+        self.unsafe = unsafe
+        #: the newest coordinator epoch and group generation of a command applied (-1: none yet)
+        self.epoch = -1
+        self.generation = -1
+
+    def refusal(self, command: Command, incarnation: int | None) -> str | None:
+        """Why ``command`` must not be applied by the registration ``incarnation`` (its czxid), or None."""
+        if command.group != self.group:
+            return f"addressed to group {command.group!r}"
+        if self.unsafe:
+            return None
+        if command.epoch < self.epoch:
+            return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
+        if command.epoch == self.epoch and command.generation < self.generation:
+            return f"stale: generation {command.generation} < {self.generation}"
+        if command.incarnation is not None and command.incarnation != incarnation:
+            # Planned for a registration of ours that a session loss ended (or before we registered again).
+            ours = "none yet" if incarnation is None else incarnation
+            return f"addressed to registration {command.incarnation}, ours is {ours}"
+        return None
+
+    def adopt(self, command: Command) -> None:
+        """Record ``command`` as applied: later commands must be at least as new."""
+        if command.epoch > self.epoch:
+            self.epoch, self.generation = command.epoch, command.generation
+        else:
+            self.generation = max(self.generation, command.generation)
