@@ -178,6 +178,19 @@ class OffsetStore:
                 self._committed.pop(tp, None)
                 self._uncertain.discard(tp)
 
+    def _to_write(self, positions: Mapping[TopicPartition, int], *, final: bool) -> dict[TopicPartition, int]:
+        """The positions of claimed partitions that :meth:`commit` writes: changed ones, and with ``final`` unchanged
+        ones whose offset znode is absent (one pipelined read).  Under the lock."""
+        todo = {tp: off for tp, off in positions.items() if tp in self._claims}
+        unchanged = [tp for tp, off in todo.items() if self._committed.get(tp) == off]
+        found = (
+            self.zk.get_many([paths.offset(self.group, tp.topic, tp.partition) for tp in unchanged]) if final else []
+        )
+        for i, tp in enumerate(unchanged):
+            if not final or found[i] is not None:
+                del todo[tp]
+        return todo
+
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:
             return dict(self._committed)
@@ -192,9 +205,10 @@ class OffsetStore:
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
-        Only changed positions are written (``final``: every one, the last commit before the partitions go to
-        another owner -- the offset znode we wrote last may have been deleted since, and the next owner starts from
-        what it reads there), in one transaction that checks every owner version first.  ``ack``: a
+        Only changed positions are written (``final``: also an unchanged one whose offset znode is gone, the last
+        commit before the partitions go to another owner -- the next owner starts from what it reads there; an
+        existing one is left alone, since it may hold an operator's fix of a position we never moved), in one
+        transaction that checks every owner version first.  ``ack``: a
         command to delete in that same transaction (so it is acknowledged exactly when the commit lands), or alone
         when there is nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
         longer fetched) whose owner znode that same transaction sets to the given thread, conditional on the version
@@ -204,11 +218,7 @@ class OffsetStore:
         :raises ZkError: on I/O failure (nothing is committed then).
         """
         with self._lock:
-            todo = {
-                tp: off
-                for tp, off in positions.items()
-                if tp in self._claims and (final or self._committed.get(tp) != off)
-            }
+            todo = self._to_write(positions, final=final)
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}

@@ -367,10 +367,12 @@ def _deleted(hc: Hostile, path: str) -> bool:
 
 
 @pytest.mark.xfail(
-    strict=True,
-    reason="a channel deleted with a command in it looks acknowledged to the coordinator (a deleted command is its "
-    "acknowledgement) and ends the consumer's channel watch for good (kazoo stops a ChildrenWatch on NoNode): "
-    "zkcoord/coordinator/rebalancer.py on_ack and consumer/client.py, outside this change",
+    strict=False,
+    reason="open: a channel deleted with a command in it looks acknowledged to the coordinator (a deleted command is "
+    "its acknowledgement), so it may pass the barrier while the member, which never read the stop, still fetches. "
+    "The consumer now recreates its channel and re-arms its watch (registration.repaired), and whether the next "
+    "start batch finds the channel decides the run: it passes most of the time, and S2 is not guaranteed until "
+    "rebalancer.on_ack tells a command deleted with its channel from one acknowledged",
 )
 def test_a_members_channel_deleted_with_a_command_in_flight(hc: Hostile) -> None:
     state = hc.settled()
