@@ -372,19 +372,25 @@ class FetchCore:
         # (A timer seen before breaking off is kept too: cheap insurance against a missed wake-up.)
         return None, None if wake == math.inf else wake - now
 
+    def _end_read(self, grant: Grant) -> bool:
+        """The bookkeeping of a granted read that ended (lock held); whether it still counts: no revoke or pause
+        meanwhile, which rewound the positions."""
+        state = grant.state
+        self.reserved -= grant.room
+        self.in_flight -= 1
+        self.fetches += 1
+        state.in_flight = grant.fetcher.busy = False
+        self.reads_done.notify_all()
+        self.wake_fetchers()
+        return grant.epoch == self.epoch and self.states.get(state.tp) is state
+
     def publish(self, grant: Grant, records: list[ConsumerRecord], error: BaseException | None) -> bool:
         """Record the outcome of a granted read; whether it still counted (no revoke or pause meanwhile, which
         rewound the positions).  Takes the lock.
         """
         state = grant.state
         with self.lock:
-            self.reserved -= grant.room
-            self.in_flight -= 1
-            self.fetches += 1
-            state.in_flight = grant.fetcher.busy = False
-            self.reads_done.notify_all()
-            self.wake_fetchers()
-            if grant.epoch != self.epoch or self.states.get(state.tp) is not state:
+            if not self._end_read(grant):
                 return False  # revoked (all, or this partition) or paused meanwhile
             if error is not None:
                 state.failed = error
@@ -407,13 +413,7 @@ class FetchCore:
         """
         state = grant.state
         with self.lock:
-            self.reserved -= grant.room
-            self.in_flight -= 1
-            self.fetches += 1
-            state.in_flight = grant.fetcher.busy = False
-            self.reads_done.notify_all()
-            self.wake_fetchers()
-            if grant.epoch != self.epoch or self.states.get(state.tp) is not state:
+            if not self._end_read(grant):
                 return False
             self.drop(state)
             state.consumed = state.fetch_position = to

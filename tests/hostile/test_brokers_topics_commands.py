@@ -16,7 +16,6 @@ command was refused as stale (S5's other side: a forged command must not lock a 
 from __future__ import annotations
 
 import contextlib
-import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -26,7 +25,7 @@ import pytest
 
 from tests.ledger import Ledger
 from zkcoord import paths
-from zkcoord.errors import NotEmptyError
+from zkcoord.errors import ZkCoordError
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.producer import ProduceConfig, Producer
@@ -164,7 +163,7 @@ def _registered(hc: Hostile, broker: int) -> bool:
     try:
         data, stat = hc.zk.get(paths.broker(broker))
         BrokerRegistration.decode(data)
-    except Exception:  # noqa: BLE001 (absent or not repaired yet)
+    except ZkCoordError:  # absent (NoNodeError) or not repaired yet (CodecError)
         return False
     return stat.ephemeralOwner != 0
 
@@ -356,39 +355,6 @@ def test_a_forged_command_is_not_applied(hc: Hostile, forgery: str) -> None:
 
 
 # --- concurrent deletes ---------------------------------------------------------------------------------------------
-
-
-def _deleted(hc: Hostile, path: str) -> bool:
-    try:
-        hc.zk.delete(path, recursive=True)
-    except NotEmptyError:
-        return False
-    return True
-
-
-@pytest.mark.xfail(
-    strict=False,
-    reason="open: a channel deleted with a command in it looks acknowledged to the coordinator (a deleted command is "
-    "its acknowledgement), so it may pass the barrier while the member, which never read the stop, still fetches. "
-    "The consumer now recreates its channel and re-arms its watch (registration.repaired), and whether the next "
-    "start batch finds the channel decides the run: it passes most of the time, and S2 is not guaranteed until "
-    "rebalancer.on_ack tells a command deleted with its channel from one acknowledged",
-)
-def test_a_members_channel_deleted_with_a_command_in_flight(hc: Hostile) -> None:
-    state = hc.settled()
-    victim_id = sorted(state.members)[0]
-    victim = next(p for p in hc.consumers if victim_id in p.log_path.read_text(errors="replace"))
-    channel = paths.channel(GROUP, victim_id)
-    victim.signal(signal.SIGSTOP)  # it cannot acknowledge what is sent now
-    try:
-        hc.grow("t")
-        wait_until(lambda: bool(hc.zk.get_children(channel)), DEADLINE, "a command in the victim's channel")
-        wait_until(lambda: _deleted(hc, channel), DEADLINE, "the channel deleted")  # (raced by new commands)
-    finally:
-        victim.signal(signal.SIGCONT)
-    hc.settled(above=state.generation)
-    hc.produce_and_consume()
-    before = hc.settled().generation
-    hc.grow("s")  # and the victim still hears its channel
-    hc.settled(above=before)
-    hc.produce_and_consume()
+# A member's channel deleted with a stop-fetcher in it is not here: the coordinator takes a command deleted with its
+# channel for an acknowledgement, so S2 is not guaranteed in that case yet (issue 14 stays open for it; see
+# docs/protocol.md, "A group's own znodes"). A test that may pass or fail by the race would check nothing.

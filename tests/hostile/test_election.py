@@ -37,6 +37,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord import paths
 from zkcoord.coordinator.seat import BLOCKED_RETRY_S
+from zkcoord.errors import ZkCoordError
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.producer import ProduceConfig, Producer
@@ -243,7 +244,7 @@ class Fleet:
             term = self.cluster.coordinator(acting[0]).term
             try:
                 state = self.cluster.state(GROUP)
-            except Exception:  # noqa: BLE001 (not written yet, or written by hand)
+            except ZkCoordError:  # not written yet (NoNodeError), or written by hand (CodecError)
                 return False
             if term is None or term.epoch <= above or state.epoch != term.epoch:
                 return False
@@ -312,7 +313,7 @@ def test_real_brokers_and_consumers_recover_from_faults_in_turn(zk_hosts: str, t
             return stack.enter_context(ChildProcess([*args, *common], tmp_path / f"{name}.log"))
 
         def coordinator() -> CoordinatorInfo | None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(ZkCoordError):
                 return CoordinatorInfo.decode(zk.get(paths.COORDINATOR)[0])
             return None
 
@@ -320,7 +321,7 @@ def test_real_brokers_and_consumers_recover_from_faults_in_turn(zk_hosts: str, t
             info = coordinator()
             try:
                 state = GroupState.decode(zk.get(paths.group_state(GROUP))[0])
-            except Exception:  # noqa: BLE001 (not there yet)
+            except ZkCoordError:  # not there yet
                 return False
             return (
                 info is not None

@@ -7,7 +7,6 @@ that the group converges by itself within a deadline.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -19,10 +18,11 @@ from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord import paths
+from zkcoord.errors import ZkCoordError
 from zkcoord.journal import read_journal
 from zkcoord.procs import wait_until
 from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
+from zkcoord.znodes import CommandOption, CoordinatorInfo, GroupPhase, GroupState, MemberRegistration
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -54,8 +54,8 @@ def _state(run: Run) -> GroupState | None:
 
 def _coordinator(run: Run) -> int | None:
     try:
-        return int(json.loads(run.zk.get(paths.COORDINATOR)[0])["brokerid"])
-    except Exception:  # noqa: BLE001 (absent between terms)
+        return CoordinatorInfo.decode(run.zk.get(paths.COORDINATOR)[0]).broker_id
+    except ZkCoordError:  # absent between terms
         return None
 
 
