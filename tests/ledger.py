@@ -129,15 +129,24 @@ def uncommitted_tails(journal: Path, group: str) -> dict[TP, set[int]]:
     delivered: dict[tuple[str, TP], list[tuple[int, int]]] = {}
     committed: dict[tuple[str, TP], int] = {}
     tails: dict[TP, set[int]] = {}
+    # A consumer whose session was lost goes on delivering until it notices (its lease); what it delivers then is
+    # uncommitted too, until it commits that partition again.
+    unclean: dict[str, set[TP]] = {}  # consumer -> the partitions it committed again since
     for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
         f = e.fields
         if f.get("group") != group:
             continue
         if e.event == "records.consumed":
-            delivered.setdefault((f["consumer"], (f["topic"], f["partition"])), []).append((f["first"], f["last"]))
+            key = (f["consumer"], (f["topic"], f["partition"]))
+            delivered.setdefault(key, []).append((f["first"], f["last"]))
+            if f["consumer"] in unclean and key[1] not in unclean[f["consumer"]]:
+                tails.setdefault(key[1], set()).update(range(f["first"], f["last"] + 1))
         elif e.event == "offsets.committed":
             committed[(f["consumer"], (f["topic"], f["partition"]))] = f["offset"]
+            if f["consumer"] in unclean:
+                unclean[f["consumer"]].add((f["topic"], f["partition"]))
         elif e.event in UNCLEAN_ENDS:
+            unclean[f["consumer"]] = set()
             for (consumer, tp), runs in delivered.items():
                 if consumer == f["consumer"]:
                     since = committed.get((consumer, tp), -1)

@@ -27,7 +27,7 @@ from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tail
 from tests.zkutil import ZkFactory
 from zkcoord import paths
 from zkcoord.bench.cluster import WorkerProcess, child_env, tail
-from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.errors import NoNodeError, ZkSessionExpiredError, ZkUnavailableError
 from zkcoord.groups import describe_group, list_groups
 from zkcoord.journal import Journal, JournalEvent, read_journal
 from zkcoord.procs import ChildProcess, wait_until
@@ -103,7 +103,8 @@ def _broker(run: Run, broker_id: int, shutdown: float | None = None) -> ChildPro
 def _coordinator(run: Run) -> int | None:
     try:
         return CoordinatorInfo.decode(run.zk.get(paths.COORDINATOR)[0], paths.COORDINATOR).broker_id
-    except NoNodeError:
+    except (NoNodeError, ZkSessionExpiredError, ZkUnavailableError):
+        # absent between terms; or the test's own session expired in the outage (kazoo opens a new one)
         return None
 
 
