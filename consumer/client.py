@@ -183,8 +183,14 @@ class Consumer:
             stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
         except NodeExistsError:
             stat = self.zk.exists(path)
-            if stat is None or stat.ephemeralOwner != self.zk.session_id:
+            if stat is None:
                 raise
+            if stat.ephemeralOwner != self.zk.session_id:
+                # Not ours (someone wrote at our id; an expired session's ephemerals are gone before we have a new
+                # one): replace it, conditionally on the version seen, so a concurrent change makes us try again.
+                self.zk.delete(path, stat.version)
+                stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
+                log.warning("consumer %s: replaced a registration at our id that was not ours", self.consumer_id)
         # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
         self.incarnation = stat.czxid
         self.registered_data = reg.encode()

@@ -6,9 +6,9 @@ session change is half-handled.
 
 Commands (``docs/protocol.md``) are applied in sequence-number order and deleted to acknowledge them:
 
-* refused, but still acknowledged, when malformed, addressed to another group, older than the newest
-  ``(epoch, generation)`` seen (S5, S7), or not written by a coordinator (:mod:`consumer.vouch`: the group's state
-  vouches for every real command) -- the reason is journalled (``command.rejected``);
+* refused, but still acknowledged, when malformed, addressed to another group or to a registration not our current
+  one, older than the newest ``(epoch, generation)`` seen (S5, S7), or not written by a coordinator
+  (:mod:`consumer.inbox` judges each one) -- the reason is journalled (``command.rejected``);
 * ``stop-fetcher``: stop every fetcher (synchronously), commit the consumed positions (S3), call
   ``on_partitions_revoked``, then acknowledge; with a ``revoke`` list (an incremental rebalance) only those
   partitions, the others go on being fetched;
@@ -37,13 +37,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from consumer.commits import Closing, Commits, FinalCommit
+from consumer.inbox import Wait, admit, reject, sequence_of
 from consumer.migration import newer
 from consumer.offsets import Claims
 from consumer.records import TopicPartition
 from consumer.registration import check_channel, check_registration
-from consumer.vouch import Admission, vouch
+from consumer.vouch import Admission
 from zkcoord import paths
-from zkcoord.errors import CodecError, NoNodeError, ZkCoordError, ZkError
+from zkcoord.errors import NoNodeError, ZkCoordError, ZkError
 from zkcoord.shutdown import RELEASE, StopReport
 from zkcoord.zk import ConnState
 from zkcoord.znodes import Command, CommandOption
@@ -80,12 +81,6 @@ class Rebalance:
     finished_at: float
 
 
-def sequence_of(name: str) -> int:
-    """The sequence number ZooKeeper appended to a command's name (10 digits); -1 if there is none."""
-    tail = name[-10:]
-    return int(tail) if len(name) > 10 and tail.isdigit() else -1
-
-
 class CommandHandler:
     def __init__(
         self,
@@ -102,7 +97,8 @@ class CommandHandler:
         self._stop_received_at: float | None = None
         self._applied: set[str] = set()
         self._unacked: set[str] = set()  # applied, acknowledgement not yet known to have landed
-        self._waiting: set[str] = set()  # commands the group's state could not vouch for yet (journalled once)
+        #: commands the group's state could not vouch for yet (journalled once: consumer.inbox)
+        self.waiting: set[str] = set()
         self.commits = Commits(consumer)
         self._lost = False
         #: a hand-over's start-fetcher, applied but for the partitions it awaits, or not yet acknowledged
@@ -222,12 +218,7 @@ class CommandHandler:
             c.lease.invalidate()
             self._lost = True
             c.incarnation = None  # commands for the registration that just ended are refused from now on
-            if self._pending is not None:
-                # Nothing handed over to the registration that ended is started; its start is acknowledged, not
-                # journalled as applied, once we are registered again (the coordinator waits for it until then, or
-                # until it sees us change).
-                self._pending.awaiting.clear()
-                self._pending.journalled = True
+            self.abandon_wait()
             # Our member znode is gone and the coordinator may already have given our partitions to others:
             # stop at once and commit nothing.
             revoked = list(c.fetcher.assignment())
@@ -260,9 +251,21 @@ class CommandHandler:
                 c.bridge.release_leaked()
         c.register()
         self._lost = False
+        self.wait_abandoned()
+
+    def abandon_wait(self) -> None:
+        """Our registration ended (session lost, or deleted or replaced under a live session): nothing handed over
+        to it is started.  A hand-over's start it awaited is acknowledged, not journalled as applied, once we are
+        registered again (:meth:`wait_abandoned`); the coordinator waits for it until then, or until it sees us
+        change."""
         if self._pending is not None:
-            # The wait of the registration that ended: only its acknowledgement is left (_claim_awaited).
-            c.redeliver_later(("owner", None), delay=0.0)
+            self._pending.awaiting.clear()
+            self._pending.journalled = True
+
+    def wait_abandoned(self) -> None:
+        """Registered again: an abandoned wait has only its acknowledgement left (:meth:`_claim_awaited`)."""
+        if self._pending is not None:
+            self.c.redeliver_later(("owner", None), delay=0.0)
 
     # --- commands ------------------------------------------------------------------------------------------------
 
@@ -270,52 +273,30 @@ class CommandHandler:
         c = self.c
         channel = paths.channel(c.config.group, c.consumer_id)
         self._applied &= set(children)  # forget names that are gone
-        self._waiting &= set(children)
+        self.waiting &= set(children)
         self._unacked &= self._applied
         for name in sorted(children, key=sequence_of):
+            path = f"{channel}/{name}"
             if name in self._applied:
                 if name in self._unacked:  # applied, but the delete was lost with the connection
-                    self._ack(f"{channel}/{name}", name)
+                    self.ack(path, name)
                 continue
-            path = f"{channel}/{name}"
-            if not name.startswith(paths.COMMAND_PREFIX) or sequence_of(name) < 0:
-                # Not a command at all: refuse it, and delete it so the channel stays a queue of commands.
-                self._reject(name, None, "not a command znode")
-                self._ack(path, name)
-                continue
-            got, state = c.zk.get_many([path, paths.group_state(c.config.group)])  # the state vouches (vouch.py)
-            if got is None:
-                continue
-            try:
-                command = Command.decode(got[0], path)
-            except CodecError as e:
-                self._reject(name, None, f"malformed: {e.reason}")
-                self._ack(path, name)
-                continue
-            reason = self.admission.refusal(command, c.incarnation)
-            verdict = vouch(command, got[1], state, paths.group_state(c.config.group))
-            if reason is None and not c.config.unsafe_no_fencing and verdict.wait is not None:
-                self._wait(name, verdict.wait)  # neither applied nor acknowledged: looked at again shortly
-                return
-            reason = reason or (None if c.config.unsafe_no_fencing else verdict.refused)
-            if reason is None and self._pending is not None and self._pending.name != name:
+            admitted = admit(self, name, path)
+            if isinstance(admitted, Wait):
+                return  # neither applied nor acknowledged: looked at again shortly
+            if admitted is None:
+                continue  # gone, or refused and acknowledged
+            command = admitted.command
+            if self._pending is not None and self._pending.name != name:
                 self._supersede(self._pending)  # a newer command, to be applied: the wait is over
-            if reason is not None:
-                self._reject(name, command, reason)
-            elif command.option is CommandOption.STOP_FETCHER:
+            if command.option is CommandOption.STOP_FETCHER:
                 if self._stop(path, command):
                     self._applied.add(name)  # acknowledged with the commit, in one transaction
                     continue
-            elif not self._start(name, path, command):
+            elif not self._start(name, path, command, admitted.vouched):
                 self._applied.add(name)  # awaiting partitions: acknowledged once they are all started
                 continue
-            self._ack(path, name)
-
-    def _wait(self, name: str, why: str) -> None:
-        if name not in self._waiting:
-            self._waiting.add(name)
-            self.c.journal.emit("input.rejected", what="command not vouched for yet", path=name, reason=why)
-        self.c.redeliver_later(("channel", None), delay=0.5)
+            self.ack(path, name)
 
     def _stop(self, path: str, command: Command) -> bool:
         """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""
@@ -365,9 +346,10 @@ class CommandHandler:
             self._callback(self.on_revoked, revoked)
         return revoked, acked
 
-    def _start(self, name: str, path: str, command: Command) -> bool:
+    def _start(self, name: str, path: str, command: Command, vouched: dict[TopicPartition, str]) -> bool:
         """Apply a start-fetcher; False while partitions it awaits are still to be handed over (then it is
-        acknowledged once they are: :meth:`_claim_awaited`)."""
+        acknowledged once they are: :meth:`_claim_awaited`).  ``vouched``: the partitions whose owner znodes its
+        claims may repair (:class:`consumer.inbox.Admitted`)."""
         c = self.c
         self.admission.adopt(command)
         ownership = {
@@ -377,7 +359,7 @@ class CommandHandler:
         }
         foreign = sorted(t for t in set(ownership.values()) if not t.startswith(f"{c.consumer_id}-"))
         if foreign:
-            self._reject(name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
+            reject(self.c, name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
             return True
         incremental = command.incremental and c.bridge is None
         if incremental:
@@ -392,7 +374,7 @@ class CommandHandler:
         awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
         now = {tp: thread for tp, thread in ownership.items() if tp not in awaiting}
-        claimed = len(self._claim_and_fetch(now, name, incremental=incremental).claims)
+        claimed = len(self._claim_and_fetch(now, name, incremental=incremental, vouched=vouched).claims)
         if awaiting:
             pending = self._pending = PendingStart(name, path, command, awaiting, claimed)
             self._applied.add(name)  # from here on the wait, not the channel listing, finishes it
@@ -419,13 +401,22 @@ class CommandHandler:
         return True
 
     def _claim_and_fetch(
-        self, ownership: dict[TopicPartition, str], name: str, *, incremental: bool = True, awaited: bool = False
+        self,
+        ownership: dict[TopicPartition, str],
+        name: str,
+        *,
+        incremental: bool = True,
+        awaited: bool = False,
+        vouched: dict[TopicPartition, str] | None = None,
     ) -> Claims:
         """Claim ``ownership`` for start-fetcher ``name`` and start fetching what was claimed (beside what is
         fetched already, or instead of it when not ``incremental``).  ``awaited``: partitions handed over by their
-        previous owner (see :meth:`OffsetStore.claim`'s ``wait``)."""
+        previous owner (see :meth:`OffsetStore.claim`'s ``wait``); ``vouched``: see :meth:`_start`."""
         c = self.c
-        result = c.offsets.claim(ownership, add=incremental, wait=c.on_owner_changed if awaited else None)
+        repairable = {tp for tp, thread in (vouched or {}).items() if ownership.get(tp) == thread}
+        result = c.offsets.claim(
+            ownership, add=incremental, wait=c.on_owner_changed if awaited else None, repairable=repairable
+        )
         self.commits.journal_repairs()
         for problem in result.problems:
             c.journal.emit("input.rejected", what="partition claim", path=name, reason=problem)
@@ -453,6 +444,8 @@ class CommandHandler:
         p = self._pending
         if p is None or self._lost:
             return False
+        if p.command.incarnation is not None and p.command.incarnation != self.c.incarnation:
+            self.abandon_wait()  # meant for a registration of ours that has ended since
         group = self.c.config.group
         todo = {
             tp: thread
@@ -491,7 +484,7 @@ class CommandHandler:
             p.journalled = True
             self._finish_start(p.name, p.command, p.claimed, not_started=len(p.awaiting) if superseded else None)
         p.awaiting.clear()
-        self._ack(p.path, p.name)
+        self.ack(p.path, p.name)
         self._pending = None
 
     def _finish_start(self, name: str, command: Command, claimed: int, *, not_started: int | None = None) -> None:
@@ -548,23 +541,13 @@ class CommandHandler:
             holders=sorted({h for h in holders.values() if h}),
         )
 
-    def _ack(self, path: str, name: str) -> None:
+    def ack(self, path: str, name: str) -> None:
         """Acknowledge (delete) an applied command.  :raises ZkError: it stays to delete when redelivered."""
         self._applied.add(name)
         self._unacked.add(name)
         with contextlib.suppress(NoNodeError):
             self.c.zk.delete(path)
         self._unacked.discard(name)
-
-    def _reject(self, name: str, command: Command | None, reason: str) -> None:
-        c = self.c
-        fields: dict[str, object] = {}
-        if command is not None:
-            fields = {"option": command.option.value, "epoch": command.epoch, "generation": command.generation}
-        c.journal.emit(
-            "command.rejected", group=c.config.group, consumer=c.consumer_id, name=name, reason=reason, **fields
-        )
-        log.warning("consumer %s: refused command %s: %s", c.consumer_id, name, reason)
 
     def _journal_applied(self, name: str, command: Command, partitions: int, **extra: object) -> None:
         c = self.c

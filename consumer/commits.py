@@ -46,7 +46,8 @@ class Commits:
         that command in the same transaction, and with ``handover`` set those partitions' owner znodes (see
         :meth:`consumer.offsets.OffsetStore.commit`).
 
-        :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted).
+        :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted);
+            we have stopped fetching them when it is raised.
         :raises ZkError: nothing was committed.
         """
         c = self.c
@@ -54,6 +55,7 @@ class Commits:
             try:
                 written = c.offsets.commit(positions, ack=ack, handover=handover, final=final)
             except OffsetCommitFencedError as e:
+                fenced = e
                 self.journal_repairs()
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal(e.committed)
@@ -65,11 +67,27 @@ class Commits:
                         topic=tp.topic,
                         partition=tp.partition,
                     )
-                raise
-            self.journal_repairs()
-            self._mirror(positions)
-            self._journal(written)
-            return written
+            else:
+                self.journal_repairs()
+                self._mirror(positions)
+                self._journal(written)
+                return written
+        self._stop_fenced(fenced.partitions)
+        raise fenced
+
+    def _stop_fenced(self, tps: list[TopicPartition]) -> None:
+        """Stop fetching the partitions a commit found no longer ours (S2): their owner znode names someone else, so
+        another member may fetch them now.  Only those we still fetch and hold no claim on again (a start may have
+        given one back meanwhile: the command thread claims while the application commits).  Outside :attr:`lock`:
+        the fetcher's stop waits for a read in progress."""
+        c = self.c
+        claimed = c.offsets.claimed()
+        stop = [tp for tp in tps if tp in c.fetcher.assignment() and tp not in claimed]
+        if stop:
+            c.fetcher.revoke_some(stop, "commit fenced")
+            log.warning(
+                "consumer %s: stopped fetching %d partitions our commit was fenced on", c.consumer_id, len(stop)
+            )
 
     def journal_repairs(self) -> None:
         """Journal the owner znodes the offset store repaired (a claim's or a commit's: see consumer.offsets)."""

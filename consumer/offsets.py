@@ -12,8 +12,10 @@ a member whose registration went away in a session expiry holds nothing): it was
 client.  The claimant is then the legitimate owner, and repairs the znode with its own thread (conditionally on what
 it read) before it commits -- but only while the registration it claimed under is still alive in the same session,
 so that a consumer whose session ended (a zombie) can never recreate an owner znode.  Likewise, a start-fetcher's
-partition whose owner znode is absent or unreadable is repaired to the thread the command names: the command comes
-from the coordinator of the newest epoch this consumer has seen, after every earlier holder acknowledged its stop.
+partition whose owner znode is absent, unreadable or names another thread is repaired to the thread the command
+names -- only where the group's state, still at the command's epoch and generation, gives that partition to that
+thread (``consumer.vouch``): the coordinator then wrote our thread there with the start, after every earlier holder
+acknowledged its stop, so anything else was written by hand.
 Each repair is reported (:meth:`OffsetStore.take_repairs`, journalled ``owner.repaired``).
 
 Threads: methods are called by the consumer's command thread and by ``poll()``/``commit()`` on the application's
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from consumer.records import TopicPartition
@@ -97,6 +99,7 @@ class OffsetStore:
         *,
         add: bool = False,
         wait: Callable[[WatchEvent], None] | None = None,
+        repairable: Set[TopicPartition] = frozenset(),
     ) -> Claims:
         """Read owner versions and committed offsets of the partitions a start-fetcher gives us.
 
@@ -104,7 +107,10 @@ class OffsetStore:
         (those partitions are not fetched).  The claims replace those held, or with ``add`` join them (an
         incremental start-fetcher: the partitions kept are not read again).  With ``wait`` (partitions handed over
         by their previous owner), each owner znode read gets a one-shot watch calling ``wait``, and a partition
-        whose owner znode names another thread (or is absent) is *pending*, not a problem.
+        whose owner znode names another thread (or is absent) is *pending*, not a problem.  Without ``wait``, the
+        owner znodes of ``repairable`` partitions (those the group's state gives us at the start's own generation)
+        are repaired when absent, unreadable or naming another thread: the coordinator wrote our thread there with
+        the start, so anything else was written by hand.
         :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
@@ -123,7 +129,8 @@ class OffsetStore:
             if owner is None and wait is not None:
                 pending.add(tp)
                 continue
-            holder, version, problem = self._holder(tp, ownership[tp], owner, repair=wait is None, session=session)
+            repair = wait is None and tp in repairable
+            holder, version, problem = self._holder(tp, ownership[tp], owner, repair=repair, session=session)
             if holder is None:
                 problems.append(f"{owner_paths[i]}: {problem}")
                 continue
@@ -151,15 +158,20 @@ class OffsetStore:
     def _holder(
         self, tp: TopicPartition, thread: str, owner: tuple[bytes, Stat] | None, *, repair: bool, session: int
     ) -> tuple[str | None, int, str]:
-        """``(holder, version, problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for ``thread``.  An
-        absent or unreadable one was not written by the coordinator that sent the start (see the module's
-        docstring): with ``repair`` it is ours to repair, and is."""
+        """``(holder, version, problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for ``thread``.  With
+        ``repair`` (the group's state vouches that the start gives us ``tp``), one that is absent, unreadable or names
+        another thread was not written by the coordinator that sent the start (see the module's docstring): it is
+        ours to repair, and is."""
         problem = "no owner registered"
         if owner is not None:
             try:
-                return decode_owner(owner[0], paths.owner(self.group, *tp)), owner[1].version, ""
+                holder = decode_owner(owner[0], paths.owner(self.group, *tp))
             except CodecError as e:
                 problem = f"unreadable ({e.reason})"
+            else:
+                if holder == thread or not repair:
+                    return holder, owner[1].version, ""
+                problem = f"named {holder}"
         if not repair:
             return None, -1, problem
         repaired = self._repair(tp, thread, owner[1] if owner else None, problem, session)
@@ -194,6 +206,11 @@ class OffsetStore:
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:
             return dict(self._committed)
+
+    def claimed(self) -> set[TopicPartition]:
+        """The partitions we hold a claim on now."""
+        with self._lock:
+            return set(self._claims)
 
     def commit(
         self,

@@ -13,6 +13,10 @@ they changed:
   (fenced by the owner znodes, so a partition already given away is not moved), and register again as a new
   incarnation, as after a session loss.  Between the deletion and our stop a new owner may already have started:
   this overlap is bounded by the time the two notifications of the one deletion take to be handled;
+* a registration at our id that is not ours (its ``czxid`` is not our incarnation: deleted and created again by
+  someone else) is the same case: the coordinator addresses its commands to that other registration, which we
+  refuse -- so before refusing one we look at our registration, and stop and register again as above (replacing
+  the other one) before the refusal deletes it;
 * a deleted channel is created again and watched again.
 
 Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
@@ -33,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def check_registration(handler: CommandHandler) -> None:
-    """Our registration's data watch fired: repair it if it is not what we wrote (see the module's docstring).
+    """Our registration's data watch fired, or a command came for a registration that is not our current one:
+    repair the registration if it is not what we wrote (see the module's docstring).
 
     :raises ZkError: on I/O failure (the event is handled again shortly).
     """
@@ -44,16 +49,36 @@ def check_registration(handler: CommandHandler) -> None:
     try:
         data, stat = c.zk.get(path)
     except NoNodeError:
-        revoked = list(c.fetcher.assignment())
-        handler.commits.stopped(c.fetcher.revoke("registration deleted"), lost=False)
-        handler.release_all(revoked)
-        c.register()
-        _journal(handler, "deleted under a live session: stopped, committed, registered again")
+        register_again(handler, "deleted under a live session")
         return
-    if stat.ephemeralOwner != c.zk.session_id or data == c.registered_data:
+    if stat.czxid != c.incarnation or stat.ephemeralOwner != c.zk.session_id:
+        register_again(handler, "replaced by a registration that is not ours")
+        return
+    if data == c.registered_data:
         return
     c.zk.set(path, c.registered_data, stat.version)
     _journal(handler, f"overwritten ({len(data)} bytes): written back")
+
+
+def register_again(handler: CommandHandler, why: str) -> None:
+    """Our registration ended while our session lives (deleted, or replaced by someone else's): to the coordinator we
+    are gone, or are that other registration, and it may give our partitions away without a stop.  Stop fetching at
+    once, commit (fenced by the owner znodes: a partition already given away is not moved), release, end a hand-over's
+    wait (nothing handed to the ended registration is started), and register again as a new incarnation (replacing
+    a registration that is not ours).  Command thread.
+
+    :raises ZkError: registering failed; we stay stopped and unregistered (``incarnation`` None: every command is
+        refused) and the event is handled again shortly.
+    """
+    c = handler.c
+    revoked = list(c.fetcher.assignment())
+    c.incarnation = None  # commands for the registration that ended are refused from now on
+    handler.abandon_wait()
+    handler.commits.stopped(c.fetcher.revoke(f"registration {why}"), lost=False)
+    handler.release_all(revoked)
+    c.register()
+    handler.wait_abandoned()
+    _journal(handler, f"{why}: stopped, committed, registered again")
 
 
 def check_channel(handler: CommandHandler, exists: bool) -> None:

@@ -12,6 +12,12 @@ a coordinator wrote was created no later than the state's last write (its ``czxi
 ``mzxid``), under an epoch and a generation no higher than the state's.  A command that fails either was not written
 by a coordinator: it is refused (acknowledged, journalled) and its epoch and generation are not adopted.
 
+A forger who writes a command at the current epoch and generation before the state's next write passes both checks
+once that write lands.  While the state is still at the command's own epoch and generation, its target says what
+that generation installs: a start-fetcher naming a partition the target does not give that thread is refused
+(:func:`beyond_target`), and only the partitions the target vouches for may have their owner znodes repaired by the
+start's claims (``consumer.offsets``).
+
 When the state is absent or unreadable nothing can vouch for the command yet: it is left in the channel, neither
 applied nor acknowledged (the coordinator, waiting for it, times out and retries, which writes the state again), and
 looked at again shortly.  Pure; the caller does the reads.
@@ -19,6 +25,7 @@ looked at again shortly.  Pure; the caller does the reads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from zkcoord.errors import CodecError
@@ -32,6 +39,10 @@ class Vouch:
     refused: str | None = None
     #: why it cannot be judged yet (leave it in the channel, look again shortly), or None
     wait: str | None = None
+    #: the group state's target (topic -> partition -> thread) when the state is at the command's own epoch and
+    #: generation: what the coordinator was installing when it wrote the command (a start must not name more);
+    #: None when the state has moved on since
+    target: Mapping[str, Mapping[int, str]] | None = None
 
 
 def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, state_path: str) -> Vouch:
@@ -49,7 +60,20 @@ def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, sta
         return Vouch(refused=f"forged: coordinator epoch {command.epoch} > the group state's {current.epoch}")
     if command.generation > current.generation:
         return Vouch(refused=f"forged: generation {command.generation} > the group state's {current.generation}")
+    if (command.epoch, command.generation) == (current.epoch, current.generation):
+        return Vouch(target=current.target)
     return Vouch()
+
+
+def beyond_target(command: Command, target: Mapping[str, Mapping[int, str]]) -> list[str]:
+    """The partitions ``command`` gives a thread the vouching state's ``target`` does not give it (``topic/p``).  A
+    coordinator's start names only its generation's target, so a start that names more was not written by one."""
+    return [
+        f"{topic}/{p}"
+        for topic, parts in sorted(command.ownership.items())
+        for p, thread in sorted(parts.items())
+        if target.get(topic, {}).get(p) != thread
+    ]
 
 
 class Admission:

@@ -151,7 +151,8 @@ def write_command(zk: ZkClient, group: str, consumer_id: str, command: Command, 
     """Write ``command`` into ``consumer_id``'s channel as a coordinator does, for tests that play the coordinator:
     in one transaction with the group's state, raised to the command's epoch and generation if below them (a consumer
     applies only commands its group's state vouches for: :mod:`consumer.vouch`).  ``name``: the command's name
-    before its sequence number (default ``cmd-<epoch>-<generation>-``).  Returns the command's path."""
+    before its sequence number (default ``cmd-<epoch>-<generation>-``).  A start's ownership goes into the state's
+    target, as the target of a coordinator's generation holds what its starts give.  Returns the command's path."""
     state_path = paths.group_state(group)
     try:
         data, stat = zk.get(state_path)
@@ -163,6 +164,11 @@ def write_command(zk: ZkClient, group: str, consumer_id: str, command: Command, 
         state = dataclasses.replace(
             old, epoch=max(old.epoch, command.epoch), generation=max(old.generation, command.generation)
         )
+    if command.ownership:  # the target a coordinator installs holds what its starts give (consumer.vouch)
+        target = {t: dict(parts) for t, parts in state.target.items()}
+        for t, parts in command.ownership.items():
+            target.setdefault(t, {}).update(parts)
+        state = dataclasses.replace(state, target=target)
     txn = zk.transaction()
     if stat is None:
         txn.create(state_path, state.encode())

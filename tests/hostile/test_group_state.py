@@ -18,7 +18,7 @@ from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord import paths
-from zkcoord.errors import ZkCoordError
+from zkcoord.errors import NotEmptyError, ZkCoordError
 from zkcoord.journal import read_journal
 from zkcoord.procs import wait_until
 from zkcoord.topics import TopicAdmin
@@ -76,6 +76,20 @@ def _check_clean(run: Run, produced: int) -> Ledger:
     dups = {tp: len(offsets) for tp, offsets in ledger.duplicates().items()}
     assert dups == {}, f"S4: offsets consumed twice with no crash: {dups}"
     return ledger
+
+
+def _delete_tree(run: Run, node: str) -> None:
+    """Delete ``node`` and everything under it, as an operator's ``deleteall`` does, again while its live members
+    create children in it (a member re-registers as soon as its registration is deleted)."""
+
+    def deleted() -> bool:
+        try:
+            run.zk.delete(node, recursive=True)
+        except NotEmptyError:
+            return False
+        return True
+
+    wait_until(deleted, 10, f"{node} deleted")
 
 
 def _produce(run: Run, count: int, rate: int = 2000) -> None:
@@ -176,10 +190,10 @@ def test_a_subtree_deleted_under_a_running_group_then_a_join_keeps_s2_s3_s4(run:
     wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
     node = f"{paths.group(GROUP)}/{subtree.split('-', 1)[0]}"
     if not SUBTREES[subtree]:
-        run.zk.delete(node, recursive=True)
+        _delete_tree(run, node)
     run.consumer(GROUP, TOPIC)
     if SUBTREES[subtree]:
-        run.zk.delete(node, recursive=True)
+        _delete_tree(run, node)
     _produce(run, 300)
     wait_until(lambda: _balanced(run, 3, 3), 30, "the group balanced over its three members")
     _produce(run, 300)
@@ -211,3 +225,66 @@ def test_a_damaged_owner_znode_under_its_live_owner_then_a_join_converges_and_co
     assert state is not None
     for p, thread in state.target[TOPIC].items():  # the registry says what the target says: repaired
         assert run.zk.get(paths.owner(GROUP, TOPIC, p))[0].decode() == thread
+
+
+# --- a live member's registration replaced, its owner znode taken: the member must stop before it answers ------------
+
+
+@pytest.mark.parametrize("order", ["recreated-at-once", "recreated-after-a-join"])
+def test_a_registration_replaced_by_someone_else_makes_its_member_stop_and_register_again(run: Run, order: str) -> None:
+    """Someone deletes a live member's registration and creates another at its id (persistent, not the member's
+    session).  The coordinator addresses that other registration from then on; the member refuses its commands, and
+    a refusal deletes a command, which the coordinator takes for an acknowledgement.  So the member must have stopped
+    before it refuses anything, and it takes its id back (S2); everything is consumed once (S3, S4)."""
+    run.broker(1)
+    TopicAdmin(run.zk).create(TOPIC, 2)
+    run.consumer(GROUP, TOPIC)
+    run.wait_members(GROUP, 1)
+    [first] = _members(run)
+    _produce(run, 300)
+    wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
+    path = paths.member(GROUP, first)
+    data, _ = run.zk.get(path)
+    run.zk.delete(path)
+    if order == "recreated-after-a-join":
+        run.consumer(GROUP, TOPIC)
+    run.zk.create(path, data)
+    if order == "recreated-at-once":
+        run.consumer(GROUP, TOPIC)
+    _produce(run, 300)
+    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
+    _produce(run, 300)
+    _check_clean(run, 900)
+    stat = run.zk.exists(path)
+    assert stat is not None and stat.ephemeralOwner != 0, "the member took its id back with its own registration"
+    assert any(e["consumer"] == first for e in _events(run, "registration.repaired"))
+
+
+def test_a_commit_fenced_by_an_owner_znode_naming_another_thread_stops_that_partition(run: Run) -> None:
+    """A live member's owner znode names another thread (the coordinator never writes that under a live owner that
+    has not stopped, so another member may be fetching it): the member's next commit of it is fenced, and it stops
+    fetching that partition at once (S2), not at the next rebalance.  A join then gives it an owner again (S3); only
+    that partition's records consumed after its last commit may be consumed twice (at least once)."""
+    run.broker(1)
+    TopicAdmin(run.zk).create(TOPIC, 2)
+    run.consumer(GROUP, TOPIC)
+    run.wait_members(GROUP, 1)
+    [first] = _members(run)
+    _produce(run, 200)
+    wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
+    run.zk.set(paths.owner(GROUP, TOPIC, 0), f"{first}x-0".encode())
+    _produce(run, 200)  # the next commit of partition 0 is fenced
+
+    def stopped() -> bool:
+        return any(
+            e["consumer"] == first and e["partition"] == 0 and "fenced" in str(e["reason"])
+            for e in _events(run, "fetch.stopped")
+        )
+
+    wait_until(stopped, 30, "the fenced partition stopped")
+    run.consumer(GROUP, TOPIC)
+    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
+    _produce(run, 200)
+    ledger = run.wait_consumed_all(GROUP, {TOPIC}, timeout=60)
+    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
+    assert set(ledger.duplicates()) <= {(TOPIC, 0)}, "S4: duplicates beyond the fenced partition"

@@ -9,6 +9,7 @@ commits its offset, after it stopped fetching (S2, S3); a newer command supersed
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -185,11 +186,12 @@ def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
             *,
             add: bool = False,
             wait: Callable[[WatchEvent], None] | None = None,
+            repairable: AbstractSet[TopicPartition] = frozenset(),
         ) -> Claims:
             if wait is not None and not failed:
                 failed.append(True)
                 raise ZkUnavailableError("injected connection loss", "owners")
-            return real_claim(ownership, add=add, wait=wait)
+            return real_claim(ownership, add=add, wait=wait, repairable=repairable)
 
         gainer.offsets.claim = claim_failing_once  # type: ignore[method-assign]
         new = f"{gainer.consumer_id}-0"

@@ -3,11 +3,13 @@ registration; pure."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.vouch import Admission
-from zkcoord.znodes import Command, CommandOption
+from consumer.vouch import Admission, beyond_target, vouch
+from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState
 
 
 def cmd(epoch: int, generation: int, group: str = "g", incarnation: int | None = None) -> Command:
@@ -50,3 +52,48 @@ def test_what_is_admitted_only_grows(commands: list[tuple[int, int]]) -> None:
     assert applied == sorted(applied)  # lexicographic: never an older command after a newer one
     if applied:
         assert (a.epoch, a.generation) == applied[-1]
+
+
+# --- what the group's state vouches for (consumer.vouch.vouch) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stat:
+    """The fields of a znode's stat (zkcoord.zk.Stat); vouching reads only the zxids."""
+
+    czxid: int = 0
+    mzxid: int = 0
+    version: int = 0
+    ephemeralOwner: int = 0
+    numChildren: int = 0
+    cversion: int = 0
+    ctime: int = 0
+    mtime: int = 0
+
+
+def _start(epoch: int, generation: int, parts: dict[int, str]) -> Command:
+    return Command(CommandOption.START_FETCHER, epoch, generation, "g", {"t": parts})
+
+
+def _state(epoch: int, generation: int, target: dict[int, str], mzxid: int = 10) -> tuple[bytes, _Stat]:
+    state = GroupState(generation, GroupPhase.STARTING, epoch, {"a": 1}, {"t": target})
+    return state.encode(), _Stat(mzxid=mzxid)
+
+
+def test_a_start_written_after_the_state_or_beyond_its_epoch_or_generation_is_refused() -> None:
+    state = _state(2, 5, {0: "a-0"})
+    assert vouch(_start(2, 5, {0: "a-0"}), _Stat(czxid=11), state, "s").refused  # created after the state's write
+    assert vouch(_start(3, 1, {0: "a-0"}), _Stat(czxid=9), state, "s").refused
+    assert vouch(_start(2, 6, {0: "a-0"}), _Stat(czxid=9), state, "s").refused
+    assert vouch(_start(2, 5, {0: "a-0"}), _Stat(czxid=9), None, "s").wait  # nothing vouches yet: look again
+
+
+def test_the_state_at_the_commands_generation_vouches_for_its_target_only() -> None:
+    """A forger's start at the current generation that a later state write covers (its czxid below the state's
+    mzxid) still cannot give more than the generation's target; a state that has moved on vouches for nothing."""
+    state = _state(2, 5, {0: "a-0", 1: "b-0"})
+    verdict = vouch(_start(2, 5, {0: "a-0"}), _Stat(czxid=9), state, "s")
+    assert verdict.refused is None and verdict.target == {"t": {0: "a-0", 1: "b-0"}}
+    assert beyond_target(_start(2, 5, {0: "a-0"}), verdict.target) == []
+    assert beyond_target(_start(2, 5, {0: "a-0", 1: "a-0", 2: "a-0"}), verdict.target) == ["t/1", "t/2"]
+    assert vouch(_start(2, 4, {0: "a-0"}), _Stat(czxid=9), state, "s").target is None
