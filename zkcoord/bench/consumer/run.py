@@ -1,9 +1,7 @@
-"""``python -m benchmarks.consumerbench``: see the package's docstring."""
+"""``zkcoord bench consumer``: the run (see the package's docstring)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import platform
@@ -14,13 +12,11 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from zkcoord.coordinator import CoordinatorConfig
-
-from . import __doc__ as package_doc
-from .common import (
+from zkcoord.bench.common import BenchError, envelope, write_document
+from zkcoord.bench.consumer.common import (
     APPEND_BATCH,
-    DEFAULT_OUT,
     REBALANCE_PARTITIONS,
     REBALANCE_PREFILL,
     SESSION_S,
@@ -31,8 +27,9 @@ from .common import (
     open_env,
     zk_floor,
 )
-from .rebalance import Transition, print_rebalance, rebalance, rebalance_summary
-from .throughput import print_throughput, throughput
+from zkcoord.bench.consumer.rebalance import Transition, print_rebalance, rebalance, rebalance_summary
+from zkcoord.bench.consumer.throughput import print_throughput, throughput
+from zkcoord.coordinator import CoordinatorConfig
 
 
 def print_floor(floor: dict[str, dict[str, float]]) -> None:
@@ -43,59 +40,53 @@ def print_floor(floor: dict[str, dict[str, float]]) -> None:
         print(f"{name:<18} {s['n']:>5} {s['p50']:>8.2f} {s['p95']:>8.2f} {s['max']:>8.2f}")
 
 
-# --- main -------------------------------------------------------------------------------------------------------
+def bench_consumer(
+    *,
+    records: int,
+    trials: int,
+    consumers: tuple[int, ...],
+    repeats: int,
+    out: Path,
+    scratch: Path | None = None,
+    zk_fsync: bool = True,
+) -> dict[str, Any]:
+    """Run the benchmark in this thread (ZooKeeper and a broker started here), print its tables, write ``out``.
 
-
-def parse_consumers(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"consumer counts must be positive, got {text!r}")
-    return values
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.consumerbench", description=package_doc.split("\n\n")[0] if package_doc else None
-    )
-    parser.add_argument("--records", type=int, default=1_000_000, help="records of the throughput topic (1000000)")
-    parser.add_argument("--trials", type=int, default=5, help="joins (and leaves) per group size (5)")
-    parser.add_argument("--consumers", type=parse_consumers, default=[10, 50], help="group sizes (10,50)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per throughput row, the fastest counts (2)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
-    parser.add_argument("--dir", type=Path, default=None, help="where to put the logs (default: a temp dir)")
-    parser.add_argument("--zk-no-fsync", action="store_true", help="run ZooKeeper with forceSync=no")
-    args = parser.parse_args(argv)
-    if args.records < THROUGHPUT_PARTITIONS * APPEND_BATCH:
-        parser.error(f"--records must be at least {THROUGHPUT_PARTITIONS * APPEND_BATCH}")
-    if args.trials < 1 or args.repeats < 1:
-        parser.error("--trials and --repeats must be at least 1")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    Blocks for the whole run; every process it starts is stopped before it returns or raises.
+    :raises BenchError: a setting out of range, or the document cannot be written.
+    """
+    if records < THROUGHPUT_PARTITIONS * APPEND_BATCH:
+        raise BenchError(f"--records must be at least {THROUGHPUT_PARTITIONS * APPEND_BATCH}, got {records}")
+    if trials < 1 or repeats < 1:
+        raise BenchError("--trials and --repeats must be at least 1")
+    if not consumers or any(n < 1 for n in consumers):
+        raise BenchError(f"--consumers must be positive group sizes, got {consumers}")
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # connection chatter while 50 sessions close
 
     began = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="consumer-bench-", dir=args.dir))
+    root = Path(tempfile.mkdtemp(prefix="consumer-bench-", dir=scratch))
     transitions: list[Transition] = []
     formed: dict[int, float] = {}
+    coordinator_log = logging.getLogger("zkcoord.coordinator")
+    coordinator_level = coordinator_log.level
     try:
         with ExitStack() as stack:
-            env = open_env(stack, root, fsync=not args.zk_no_fsync)
+            env = open_env(stack, root, fsync=zk_fsync)
             # Closed first at the end: the coordinator's "resigns: broker stopping" is expected then.
-            stack.callback(logging.getLogger("zkcoord.coordinator").setLevel, logging.ERROR)
+            stack.callback(coordinator_log.setLevel, logging.ERROR)
             print("ZooKeeper round trips...", flush=True)
             floor = zk_floor(env.admin, ZK_FLOOR_SAMPLES)
             print("Throughput...", flush=True)
-            rows = throughput(env, args.records, args.repeats)
+            rows = throughput(env, records, repeats)
             print("Rebalance latency...", flush=True)
             topic = "rebalance"
             env.topics.create(topic, REBALANCE_PARTITIONS)
             fill(root, topic, REBALANCE_PARTITIONS, REBALANCE_PREFILL)
-            for n in args.consumers:
-                got, formed[n] = rebalance(env, topic, n, args.trials)
+            for n in consumers:
+                got, formed[n] = rebalance(env, topic, n, trials)
                 transitions += got
     finally:
+        coordinator_log.setLevel(coordinator_level)
         shutil.rmtree(root, ignore_errors=True)
 
     summary_rows = rebalance_summary(transitions)
@@ -110,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         "records": rows[0].records,
         "value_bytes": VALUE_BYTES,
         "throughput_partitions": THROUGHPUT_PARTITIONS,
-        "repeats": args.repeats,
-        "trials": args.trials,
-        "consumers": args.consumers,
+        "repeats": repeats,
+        "trials": trials,
+        "consumers": list(consumers),
         "rebalance_partitions": REBALANCE_PARTITIONS,
         "session_timeout_s": SESSION_S,
-        "zookeeper_fsync": not args.zk_no_fsync,
+        "zookeeper_fsync": zk_fsync,
         "assignor": CoordinatorConfig().assignor,
         "seconds": round(elapsed, 1),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -125,21 +116,19 @@ def main(argv: list[str] | None = None) -> int:
             "member znode's creation/deletion to the last consumer applying the final generation's start-fetcher"
         ),
     }
-    result = {
-        "meta": meta,
-        "zookeeper_floor": floor,
-        "throughput": [asdict(r) for r in rows],
-        "rebalance": {
-            "summary": summary_rows,
-            "formed_s": {str(n): round(s, 3) for n, s in formed.items()},
-            "transitions": [asdict(t) for t in transitions],
+    document = envelope(
+        "consumer",
+        {
+            "meta": meta,
+            "zookeeper_floor": floor,
+            "throughput": [asdict(r) for r in rows],
+            "rebalance": {
+                "summary": summary_rows,
+                "formed_s": {str(n): round(s, 3) for n, s in formed.items()},
+                "transitions": [asdict(t) for t in transitions],
+            },
         },
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {args.out} ({elapsed:.0f} s in all)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    )
+    write_document(out, document)
+    print(f"\nwrote {out} ({elapsed:.0f} s in all)")
+    return document
