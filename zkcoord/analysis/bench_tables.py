@@ -41,7 +41,7 @@ def _barh(labels: list[str], values: list[float], xlabel: str, path: Path, goal:
         ax.axvline(goal, linestyle="--", color="red", linewidth=1)
     ax.set_xlabel(xlabel)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, bbox_inches="tight")  # long operation names must not be clipped
 
 
 def partlog_report(doc: dict[str, Any]) -> Report:
@@ -64,10 +64,11 @@ def partlog_report(doc: dict[str, Any]) -> Report:
 
 def consumer_report(doc: dict[str, Any]) -> Report:
     rows = doc["throughput"]
-    lines = [f"{'throughput':<46}{'threads':>8}{'records/s':>12}{'ratio':>7}"]
+    lines = [f"{'throughput':<46}{'threads':>8}{'max poll':>9}{'records/s':>12}{'ratio':>7}"]
     for r in rows:
         lines.append(
-            f"{r['operation']:<46}{r['threads']:>8}{_num(r.get('records_per_s')):>12}{_num(r.get('ratio'), 2):>7}"
+            f"{r['operation']:<46}{r['threads']:>8}{_num(r.get('max_poll')):>9}{_num(r.get('records_per_s')):>12}"
+            f"{_num(r.get('ratio'), 2):>7}"
         )
     summary = doc["rebalance"]["summary"]
     lines += ["", f"{'rebalance':<12}{'consumers':>10}{'trials':>7}{'p50 ms':>9}{'p95 ms':>9}"]
@@ -78,7 +79,7 @@ def consumer_report(doc: dict[str, Any]) -> Report:
                      f"{_num(lat.get('p95'), 1):>9}")  # fmt: skip
 
     def draw_throughput(path: Path) -> None:
-        labels = [f"{r['operation'].strip()} x{r['threads']}" for r in rows]
+        labels = [f"{r['operation'].strip()} x{r['threads']} {r.get('max_poll') or ''}" for r in rows]
         _barh(labels, [float(r.get("records_per_s") or 0) for r in rows], "records/s", path)
 
     def draw_rebalance(path: Path) -> None:
