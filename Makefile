@@ -1,12 +1,14 @@
 # zkcoord: two commands on a fresh machine.
 #   make demo   the end-to-end run (installs what is missing first)
 #   make test   lint, type-check and the whole test suite (installs what is missing first)
+#   make bench  every benchmark (zkcoord bench all), SIZE=small|medium|large (default small), JSON in bench-results/
 
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SIZE ?= small
 
 .PHONY: setup system demo test lint typecheck pytest bench clean
 
@@ -38,7 +40,7 @@ pytest: setup
 test: lint typecheck pytest
 
 bench: setup
-	$(BIN)/python benchmarks/partlog_bench.py
+	$(BIN)/zkcoord bench all --size $(SIZE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

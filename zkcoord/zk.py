@@ -2,7 +2,7 @@
 (``zkcoord``, ``consumer``) that import kazoo.  This one creates kazoo clients, sends every request and translates
 kazoo's exceptions; ``zk_handler`` holds kazoo's threading handler and closes a client (catching kazoo's exceptions
 of ``stop()``/``close()`` itself, and raising nothing).  The :attr:`ZkClient.kazoo` property is for tests (forcing a
-session expiry); ``benchmarks/scale`` speaks ZooKeeper's wire protocol on its own, outside the product.
+session expiry); ``zkcoord/bench/scale`` speaks ZooKeeper's wire protocol on its own, outside the product.
 
 Everything above these modules talks to :class:`ZkClient` and catches the project's own errors
 (:mod:`zkcoord.errors`).  The translation is done in a single context manager, :func:`translate`, so every

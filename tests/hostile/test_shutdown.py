@@ -26,7 +26,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
 from tests.zkutil import ZkFactory
 from zkcoord import paths
-from zkcoord.bench.cluster import WorkerProcess, child_env, tail
+from zkcoord.bench.rebalance.cluster import WorkerProcess, child_env, tail
 from zkcoord.errors import NoNodeError, ZkSessionExpiredError, ZkUnavailableError
 from zkcoord.groups import describe_group, list_groups
 from zkcoord.journal import Journal, JournalEvent, read_journal

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from zkcoord.bench.timeline import Event, GroupTracker, expected_owners, outage
+from zkcoord.bench.rebalance.timeline import Event, GroupTracker, expected_owners, outage
 from zkcoord.cli.analyze_cmd import analyze
 from zkcoord.cli.bench_cmd import bench
 
@@ -344,7 +344,7 @@ def test_tracker_settles_at_the_event_that_completes_the_new_assignment() -> Non
     ("content", "message"),
     [
         ("{not json", "is not JSON"),
-        ('{"benchmark": "other", "schema": 1}', "is not a 'zkcoord bench rebalance' result"),
+        ('{"benchmark": "other", "schema": 1}', "is not a 'zkcoord bench' result"),
         ('{"benchmark": "rebalance", "schema": 2}', "schema 2 is not supported"),
         ('{"benchmark": "rebalance", "schema": 1, "summary": []}', "field 'changes' is missing"),
     ],

@@ -1,4 +1,4 @@
-"""The scale benchmark's swarm (``benchmarks/scale/swarm.py``) against a real ZooKeeper and a real coordinator.
+"""The scale benchmark's swarm (``zkcoord/bench/scale/swarm.py``) against a real ZooKeeper and a real coordinator.
 
 The swarm runs as its own process, as in the benchmark: many consumer sessions on one asyncio loop, each with its own
 TCP connection and ZooKeeper session.  It must behave as ``tests/scripted.py``'s consumer: register, receive a
@@ -10,7 +10,6 @@ sessions expire on the server only after the timeout, having been kept alive by 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -35,25 +34,23 @@ from zkcoord.znodes import GroupPhase, GroupState
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 TOPIC = "orders"
 PARTITIONS = 4
 CONSUMER_ID = re.compile(r"(?P<group>[A-Za-z0-9._-]+)_[A-Za-z0-9.-]+-[0-9]{13}-[0-9a-f]{8}")
 
 
 class Swarm:
-    """``python -m benchmarks.scale.swarm`` as a child process (it is not an installed package: run from the repo)."""
+    """``python -m zkcoord.bench.scale.swarm`` as a child process."""
 
     def __init__(self, tmp: Path, hosts: str, groups: str, per_group: int, session_timeout: float) -> None:
         self.ready_file = tmp / "swarm.ready.json"
         self.stats_file = tmp / "swarm.stats.json"
         self.log_path = tmp / "swarm.log"
-        args = [sys.executable, "-m", "benchmarks.scale.swarm", "--zk", hosts, "--groups", groups]
+        args = [sys.executable, "-m", "zkcoord.bench.scale.swarm", "--zk", hosts, "--groups", groups]
         args += ["--per-group", str(per_group), "--topic", TOPIC, "--session-timeout", f"{session_timeout:g}"]
         args += ["--ready-file", str(self.ready_file), "--stats-file", str(self.stats_file)]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float) -> dict[str, Any]:
         def ready() -> bool:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from zkcoord.bench.cluster import process_cpu_ms, process_cpu_ms_without
-from zkcoord.bench.zkfloor import _cpu_per_op
+from zkcoord.bench.rebalance.cluster import process_cpu_ms, process_cpu_ms_without
+from zkcoord.bench.rebalance.zkfloor import _cpu_per_op
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 

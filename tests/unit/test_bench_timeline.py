@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from zkcoord.analysis.bench_report import load_bench, render_bench, table
-from zkcoord.bench.measures import breakdown, commands, comparison
-from zkcoord.bench.report import format_report
-from zkcoord.bench.timeline import COORDINATOR, INCREMENTAL, LEGACY, PROTOCOLS, Event, GroupTracker
+from zkcoord.bench.rebalance.measures import breakdown, commands, comparison
+from zkcoord.bench.rebalance.report import format_report
+from zkcoord.bench.rebalance.timeline import COORDINATOR, INCREMENTAL, LEGACY, PROTOCOLS, Event, GroupTracker
 
 _SEQ = itertools.count(1)
 A, B, C = "g_h-1-aaaa", "g_h-1-bbbb", "g_h-1-cccc"

@@ -14,7 +14,7 @@ import pytest
 from consumer import ConsumerConfig, Subscription
 from consumer.commits import FinalCommit
 from tests.cli import run_cli
-from zkcoord.bench.worker import parse_args as worker_args
+from zkcoord.bench.rebalance.worker import parse_args as worker_args
 from zkcoord.broker import BrokerConfig
 from zkcoord.errors import ConfigurationError, ZkNotSentError, ZkSessionExpiredError, ZkUnavailableError
 from zkcoord.journal import Journal, read_journal

@@ -1,7 +1,10 @@
-"""Plots of a ``zkcoord bench rebalance`` result (``zkcoord analyze --bench FILE``): protocols side by side.
+"""Plots of a ``zkcoord bench`` result (``zkcoord analyze --bench FILE``); for ``rebalance``, protocols side by side.
 
-The benchmark's JSON (``docs/benchmarks.md``, schema 1) is a few kilobytes, so this is plain Python and matplotlib,
-no Spark.  Written to ``OUT``: ``bench.html`` with four PNG plots beside it --
+Every benchmark's document carries ``"schema": 1`` and ``"benchmark": NAME``.  The other benchmarks' tables and plots
+are in :mod:`zkcoord.analysis.bench_tables`; this module reads any of them and draws the rebalance one.
+
+The rebalance benchmark's JSON (``docs/benchmarks.md``, schema 1) is a few kilobytes, so this is plain Python and
+matplotlib, no Spark.  Written to ``OUT``: ``bench.html`` with four PNG plots beside it --
 
 * latency of every change (trigger until every member fetches its new share), per protocol and kind, with each
   group's p50 and the ZooKeeper floor (the watched write) times 10 for scale;
@@ -26,6 +29,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from zkcoord.analysis.bench_tables import REPORTS, Report
 from zkcoord.analysis.errors import AnalysisError
 
 SCHEMA = 1
@@ -41,18 +45,20 @@ COLOURS = {"coordinator": "tab:blue", "incremental": "tab:green", "zk-client": "
 
 
 def load_bench(path: Path) -> dict[str, Any]:
-    """Read and check a rebalance benchmark document.  :raises AnalysisError: not one (the reason in one line)."""
+    """Read and check a benchmark document.  :raises AnalysisError: not one (the reason in one line)."""
     try:
         doc = json.loads(path.read_text())
     except OSError as e:
         raise AnalysisError(f"cannot read {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise AnalysisError(f"{path} is not JSON: {e.msg} at line {e.lineno}") from e
-    if not isinstance(doc, dict) or doc.get("benchmark") != "rebalance":
-        raise AnalysisError(f"{path} is not a 'zkcoord bench rebalance' result")
+    kinds = ("rebalance", *REPORTS)
+    if not isinstance(doc, dict) or doc.get("benchmark") not in kinds:
+        raise AnalysisError(f"{path} is not a 'zkcoord bench' result (one of: {', '.join(kinds)})")
     if doc.get("schema") != SCHEMA:
         raise AnalysisError(f"{path}: schema {doc.get('schema')!r} is not supported (this version reads {SCHEMA})")
-    for key in ("summary", "changes", "floor", "config"):
+    needed = REPORTS[doc["benchmark"]][1] if doc["benchmark"] in REPORTS else ("summary", "changes", "floor", "config")
+    for key in needed:
         if key not in doc:
             raise AnalysisError(f"{path}: field {key!r} is missing")
     return doc
@@ -136,7 +142,9 @@ def _plot_steps(doc: dict[str, Any], path: Path) -> None:
 
 
 def table(doc: dict[str, Any]) -> str:
-    """The summary as a text table: one line per protocol and kind."""
+    """The document as a text table (rebalance: one line per protocol and kind)."""
+    if doc["benchmark"] in REPORTS:
+        return REPORTS[doc["benchmark"]][0](doc).table
     lines = [
         f"{'protocol':<12}{'change':<7}{'done':>7}{'p50 ms':>9}{'p95 ms':>9}{'STW p50':>9}{'ZK req':>8}{'x floor':>9}"
     ]
@@ -158,6 +166,8 @@ def _num(value: float | None) -> str:
 
 def render_bench(doc: dict[str, Any], out: Path) -> Path:
     """Write ``out/bench.html`` and its PNGs; return the HTML's path.  :raises AnalysisError: ``out`` unwritable."""
+    if doc["benchmark"] in REPORTS:
+        return _render_report(REPORTS[doc["benchmark"]][0](doc), doc, out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name, draw in (
@@ -194,3 +204,27 @@ def _html(doc: dict[str, Any]) -> str:
     for name, caption in PLOTS:
         parts.append(f"<h2>{html.escape(caption)}</h2><img src='bench-{name}.png' alt='{name}'>")
     return "\n".join(parts) + "\n"
+
+
+def _render_report(report: Report, doc: dict[str, Any], out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, _, draw in report.plots:
+            draw(out / f"bench-{name}.png")
+        when = doc.get("meta", {}).get("when") or doc.get("when") or "?"
+        parts = [
+            "<!doctype html><meta charset='utf-8'>",
+            f"<title>{html.escape(report.title)}</title>",
+            "<style>body{font-family:sans-serif;max-width:900px;margin:2em auto}"
+            "pre{background:#f6f6f6;padding:1em}</style>",
+            f"<h1>{html.escape(report.title)}</h1>",
+            f"<p>zkcoord bench {html.escape(str(doc['benchmark']))}, run at {html.escape(str(when))}.</p>",
+            f"<pre>{html.escape(report.table)}</pre>",
+        ]
+        for name, caption, _ in report.plots:
+            parts.append(f"<h2>{html.escape(caption)}</h2><img src='bench-{name}.png' alt='{name}'>")
+        page = out / "bench.html"
+        page.write_text("\n".join(parts) + "\n")
+    except OSError as e:
+        raise AnalysisError(f"cannot write the benchmark report to {out}: {e.strerror or e}") from e
+    return page

@@ -19,7 +19,7 @@ from zkcoord.analysis.bench_report import load_bench, render_bench, table
     "bench_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Plot a 'zkcoord bench rebalance' JSON instead (OUT/bench.html; no Spark).",
+    help="Tabulate and plot a 'zkcoord bench' JSON instead (OUT/bench.html; no Spark).",
 )
 @click.option(
     "--master",
@@ -55,7 +55,7 @@ def analyze(
     A RUN_DIR holds journal/*.jsonl (or is a journal directory itself).  Several runs (say a safe run and its
     --unsafe contrast) are analysed separately and shown side by side.
     Writes OUT/tables/<table>/ (Parquet), OUT/verdict.json, OUT/report.html with PNG plots beside it.
-    With --bench FILE: plots a rebalance benchmark's JSON into OUT/bench.html instead.
+    With --bench FILE: tabulates and plots a benchmark's JSON (any 'zkcoord bench' result) into OUT/bench.html.
     """
     if bench_file is not None:
         if run_dirs:
@@ -101,7 +101,12 @@ def _bench(path: Path, out: Path, as_json: bool) -> None:
     except AnalysisError as e:
         raise click.ClickException(str(e)) from e
     if as_json:
-        click.echo(json.dumps({"summary": doc["summary"], "comparison": doc.get("comparison"), "report": str(page)}))
+        if doc["benchmark"] == "rebalance":
+            click.echo(
+                json.dumps({"summary": doc["summary"], "comparison": doc.get("comparison"), "report": str(page)})
+            )
+        else:
+            click.echo(json.dumps({"benchmark": doc["benchmark"], "table": table(doc), "report": str(page)}))
     else:
         click.echo(table(doc))
         click.echo(f"\nreport: {page}")

@@ -1,48 +1,36 @@
-"""``zkcoord bench rebalance``: rebalance latency of each consumer protocol, against the ZooKeeper floor."""
+"""``zkcoord bench``: the benchmarks' command group, and ``zkcoord bench rebalance`` (rebalance latency of each
+consumer protocol, against the ZooKeeper floor).  The other benchmarks and ``bench all``: :mod:`.bench_suite_cmd`.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
-from zkcoord.bench.cluster import BenchError
-from zkcoord.bench.config import BenchConfig
-from zkcoord.bench.rebalance import DEFAULT_OUT, RebalanceBench
-from zkcoord.bench.report import format_report
-from zkcoord.bench.timeline import PROTOCOLS
+from zkcoord.bench.common import default_out, interruptible, preset, preset_help, write_document
+from zkcoord.bench.rebalance.config import BenchConfig
+from zkcoord.bench.rebalance.report import format_report
+from zkcoord.bench.rebalance.run import RebalanceBench
+from zkcoord.bench.rebalance.timeline import PROTOCOLS
+from zkcoord.cli.bench_suite_cmd import all_benchmarks, analyze, consumer, out_option, partlog, scale, size_option
 from zkcoord.cli.common import ZkCoordGroup
 
 
 @click.group(cls=ZkCoordGroup)
 def bench() -> None:
-    """Benchmarks against a real ZooKeeper (docs/benchmarks.md)."""
+    """Benchmarks, each against a floor measured in the same run (docs/benchmarks.md).
 
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """SIGTERM and SIGINT end the run through its clean-up (every process it started is stopped)."""
-
-    def stop(signum: int, _frame: object) -> NoReturn:
-        for s in (signal.SIGTERM, signal.SIGINT):  # once: the clean-up itself must not be interrupted
-            signal.signal(s, signal.SIG_IGN)
-        raise BenchError(f"interrupted by {signal.Signals(signum).name}; every process of the run was stopped")
-
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    \b
+    Each writes one JSON document (bench-results/NAME.json unless --out) that
+    'zkcoord analyze --bench FILE' tabulates and plots; --size small|medium|large
+    picks a preset.  'zkcoord bench all' runs every one (what 'make bench' runs).
+    """
 
 
 @bench.command()
+@size_option
 @click.option(
     "--protocol",
     "protocols",
@@ -50,17 +38,21 @@ def _interruptible() -> Iterator[None]:
     multiple=True,
     help="Protocol to run (repeatable, in this order)  [default: coordinator, incremental, zk-client]",
 )
-@click.option("--consumers", type=click.IntRange(1, 5000), default=50, show_default=True, help="Members per group.")
-@click.option("--partitions", type=click.IntRange(1, 10_000), default=500, show_default=True, help="Per group's topic.")
+@click.option(
+    "--consumers", type=click.IntRange(1, 5000), help=f"Members per group  {preset_help('rebalance', 'consumers')}"
+)
+@click.option(
+    "--partitions", type=click.IntRange(1, 10_000), help=f"Per group's topic  {preset_help('rebalance', 'partitions')}"
+)
 @click.option("--groups", type=click.IntRange(1, 100), default=1, show_default=True, help="Groups changing at once.")
-@click.option("--trials", type=click.IntRange(1, 1000), default=5, show_default=True, help="Joins (and leaves).")
+@click.option(
+    "--trials", type=click.IntRange(1, 1000), help=f"Joins (and leaves)  {preset_help('rebalance', 'trials')}"
+)
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True, help="Seconds.")
 @click.option(
     "--legacy-backoff",
     type=click.FloatRange(0, 600),
-    default=2.0,
-    show_default=True,
-    help="zk-client rebalance.backoff.ms, in seconds (Kafka's default: 2).",
+    help=f"zk-client rebalance.backoff.ms in seconds (Kafka's: 2)  {preset_help('rebalance', 'legacy_backoff')}",
 )
 @click.option(
     "--legacy-retries",
@@ -82,13 +74,7 @@ def _interruptible() -> Iterator[None]:
     show_default=True,
     help="Seconds a membership change may take to settle before it counts as not completed.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=DEFAULT_OUT,
-    show_default=True,
-    help="JSON results.",
-)
+@out_option("rebalance")
 @click.option(
     "--zk",
     metavar="HOST:PORT[/chroot]",
@@ -102,17 +88,18 @@ def _interruptible() -> Iterator[None]:
     help="Keep journals, logs and data here  [default: a temporary directory, removed]",
 )
 def rebalance(
+    size: str,
     protocols: tuple[str, ...],
-    consumers: int,
-    partitions: int,
+    consumers: int | None,
+    partitions: int | None,
     groups: int,
-    trials: int,
+    trials: int | None,
     session_timeout: float,
-    legacy_backoff: float,
+    legacy_backoff: float | None,
     legacy_retries: int,
     workers: int | None,
     change_timeout: float,
-    out: Path,
+    out: Path | None,
     zk: str | None,
     run_dir: Path | None,
 ) -> None:
@@ -129,23 +116,32 @@ def rebalance(
     measured in the same run.  Progress while it runs, a table at the end, JSON to --out.
     """
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    given = {"consumers": consumers, "partitions": partitions, "trials": trials, "legacy_backoff": legacy_backoff}
+    chosen = preset("rebalance", size, given)
     config = BenchConfig(
         protocols=protocols or PROTOCOLS,
-        consumers=consumers,
-        partitions=partitions,
+        consumers=chosen["consumers"],
+        partitions=chosen["partitions"],
         groups=groups,
-        trials=trials,
+        trials=chosen["trials"],
         session_timeout_s=session_timeout,
-        legacy_backoff_s=legacy_backoff,
+        legacy_backoff_s=chosen["legacy_backoff"],
         legacy_retries=legacy_retries,
         workers=workers,
         zk=zk,
         run_dir=run_dir,
         change_timeout_s=change_timeout,
     )
-    with _interruptible():
+    out = out or default_out("rebalance")
+    with interruptible():
         document = RebalanceBench(config, progress=lambda line: click.echo(line, err=True)).run()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    write_document(out, document)
     click.echo(format_report(document))
     click.echo(f"\nwrote {out}")
+
+
+bench.add_command(partlog)
+bench.add_command(consumer)
+bench.add_command(analyze)
+bench.add_command(scale)
+bench.add_command(all_benchmarks)

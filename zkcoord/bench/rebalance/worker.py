@@ -1,6 +1,6 @@
 """A benchmark worker: one process hosting many consumers of one protocol, each its own ZooKeeper session.
 
-    python -m zkcoord.bench.worker --protocol coordinator|incremental|zk-client --zk HOST:PORT[/chroot] \\
+    python -m zkcoord.bench.rebalance.worker --protocol coordinator|incremental|zk-client --zk HOST:PORT[/chroot] \\
         --data-dir DIR --journal DIR --index N [--session-timeout 6] [--legacy-backoff 2.0] [--legacy-retries 4] \\
         [--max-poll-records 50] [--shutdown-timeout 8]
 
@@ -8,7 +8,7 @@ The consumers are the real ones (:class:`consumer.Consumer`, created with ``reba
 ``incremental`` protocol, or :class:`consumer.legacy.LegacyConsumer`), sharing one journal,
 ``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch buffer with one
 read and then idles, so that the consumers of one process spend the CPU they get on the control plane, not on a
-fetch loop (what ``benchmarks/consumerbench`` found necessary, there for one process).
+fetch loop (what ``zkcoord/bench/consumer`` found necessary, there for one process).
 
 The driver (:mod:`zkcoord.bench.rebalance`) controls a worker through its standard input, one JSON object per line,
 and reads one JSON reply line per command on its standard output (logging goes to standard error)::
@@ -56,7 +56,7 @@ from zkcoord.shutdown import (
     hard_bound,
 )
 
-log = logging.getLogger("zkcoord.bench.worker")
+log = logging.getLogger("zkcoord.bench.rebalance.worker")
 
 PROTOCOLS = ("coordinator", "incremental", "zk-client")
 
@@ -185,7 +185,9 @@ def serve(worker: Worker, inp: TextIO, out: TextIO) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m zkcoord.bench.worker", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m zkcoord.bench.rebalance.worker", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--protocol", choices=PROTOCOLS, required=True)
     parser.add_argument("--zk", required=True, help="HOST:PORT[/chroot]")
     parser.add_argument("--data-dir", type=Path, required=True)

@@ -1,6 +1,6 @@
 """Throughput of the partition log against the ceiling of plain file I/O measured in the same run.
 
-    python benchmarks/partlog_bench.py [--records N] [--out FILE] [--dir DIR] [--repeats R]
+    zkcoord bench partlog [--size small|medium|large] [--records N] [--repeats R] [--out FILE] [--dir DIR]
 
 For 100-byte and 1 KiB values (8-byte keys) it measures
 
@@ -23,9 +23,7 @@ stdout, the rows to a JSON file.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
 import platform
 import shutil
@@ -36,9 +34,11 @@ import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from crc32c import crc32c
 
+from zkcoord.bench.common import BenchError, envelope, write_document
 from zkcoord.partlog import PartitionReader, PartitionWriter, WriterConfig
 from zkcoord.partlog.format import encode_batch
 from zkcoord.partlog.layout import list_segments, log_path, partition_dir
@@ -46,7 +46,6 @@ from zkcoord.partlog.layout import list_segments, log_path, partition_dir
 BATCH = 100
 READ_CHUNK = 1024 * 1024
 VALUE_SIZES = (100, 1024)
-DEFAULT_OUT = Path(__file__).parent / "results" / "partlog.json"
 
 
 @dataclass
@@ -226,18 +225,17 @@ def print_table(rows: list[Row]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--records", type=int, default=200_000, help="records per batched run (default 200000)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
-    parser.add_argument("--dir", type=Path, default=None, help="where to put the logs (default: a temp dir)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement, the fastest counts")
-    args = parser.parse_args(argv)
-    if args.records < BATCH:
-        parser.error(f"--records must be at least {BATCH}")
-    root = Path(tempfile.mkdtemp(prefix="partlog-bench-", dir=args.dir))
+def bench_partlog(records: int, repeats: int, out: Path, scratch: Path | None = None) -> dict[str, Any]:
+    """Run the benchmark in this thread, print its table, write its document to ``out`` and return it.
+
+    :raises BenchError: ``records`` below one batch, or the document cannot be written.
+    """
+    if records < BATCH:
+        raise BenchError(f"--records must be at least {BATCH}, got {records}")
+    repeats = max(1, repeats)
+    root = Path(tempfile.mkdtemp(prefix="partlog-bench-", dir=scratch))
     try:
-        rows = run(root, args.records, max(1, args.repeats))
+        rows = run(root, records, repeats)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print_table(rows)
@@ -245,18 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "records": args.records,
+        "records": records,
         "batch": BATCH,
-        "repeats": args.repeats,
+        "repeats": repeats,
         "read_chunk": READ_CHUNK,
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "note": "page cache, no fsync; fastest of `repeats` runs; MB/s counts log bytes; ratio = MB/s / ceiling MB/s",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
-    print(f"\nwrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    document = envelope("partlog", {"meta": meta, "rows": [asdict(r) for r in rows]})
+    write_document(out, document)
+    print(f"\nwrote {out}")
+    return document

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from zkcoord.bench.timeline import LEGACY, PROTOCOLS
+from zkcoord.bench.rebalance.timeline import LEGACY, PROTOCOLS
 from zkcoord.errors import ConfigurationError
 
 #: consumers per worker process when ``workers`` is not given

@@ -1,4 +1,4 @@
-"""A scale run's output: the table on stdout and the rows kept in ``benchmarks/results/scale.json``."""
+"""A scale run's output: the table on stdout and the rows kept in ``bench-results/scale.json``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .params import GOAL_S, Result
+from zkcoord.bench.common import envelope, write_document
+from zkcoord.bench.scale.params import GOAL_S, Result
 
 FAILOVER_ROWS = (
     ("failover: SIGKILL -> old session expired (znode deleted)", "kill_to_expiry_s"),
@@ -112,19 +113,23 @@ def probe_lines(probe: dict[str, Any]) -> list[str]:
     ]
 
 
-def save(result: Result, out: Path) -> None:
-    document: dict[str, Any] = {"meta": {}, "runs": {}}
+def save(result: Result, out: Path) -> dict[str, Any]:
+    """Add ``result``'s row to the document in ``out`` (kept if it is one), write it back and return it.
+
+    Rows are keyed by configuration, so a small and a full run sit side by side.  :raises BenchError: unwritable.
+    """
+    document: dict[str, Any] = envelope("scale", {"meta": {}, "runs": {}})
     with contextlib.suppress(OSError, ValueError):
         loaded = json.loads(out.read_text())
         if isinstance(loaded, dict) and isinstance(loaded.get("runs"), dict):
-            document = loaded
+            document = envelope("scale", loaded)
     document["meta"] = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
-        "note": "one machine: ZooKeeper, two brokers, the swarm processes and this script share its CPUs; "
+        "note": "one machine: ZooKeeper, two brokers, the swarm processes and this command share its CPUs; "
         "intervals on CLOCK_MONOTONIC across processes (journal mono stamps)",
     }
     document["runs"][result.key] = {"when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **asdict(result)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    write_document(out, document)
+    return document

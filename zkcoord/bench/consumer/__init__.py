@@ -1,7 +1,7 @@
 """The consumer: records/s against the raw partition-log read ceiling, and rebalance latency, in one run.
 
-    python -m benchmarks.consumerbench [--records N] [--trials T] [--consumers 10,50] [--out FILE]
-                                        [--repeats R] [--dir DIR] [--zk-no-fsync]
+    zkcoord bench consumer [--size small|medium|large] [--records N] [--trials T] [--consumers 10,50]
+                           [--repeats R] [--out FILE] [--dir DIR] [--zk-no-fsync]
 
 One real ZooKeeper (:class:`~zkcoord.zkserver.ZkServer`, port 0, temporary data, ``forceSync`` as ZooKeeper's
 default unless ``--zk-no-fsync``) and one broker hosting a :class:`~zkcoord.coordinator.Coordinator`, both started by
@@ -45,5 +45,5 @@ prefetch buffer (500 records) with one read and then idles, so that N consumers 
 the GIL with fetch loops; the latencies are those of the control plane, but N consumers and the coordinator still
 share one interpreter (and, here, two CPUs), which a deployment of separate processes would not.
 
-The tables go to stdout, everything to a JSON file (default ``benchmarks/results/consumer.json``).
+The tables go to stdout, everything to a JSON file (default ``bench-results/consumer.json``).
 """

@@ -3,26 +3,26 @@
 One run: one ZooKeeper (started here on a free port with a temporary data dir, or ``--zk``), one broker process
 hosting the coordinator (``python -m zkcoord broker``), a topic of ``partitions`` partitions per group (each
 partition holding ``max_poll_records`` records, so a fetcher fills its buffer with one read and then idles), and,
-for each protocol in turn, worker processes (:mod:`zkcoord.bench.worker`) hosting the consumers, each consumer its
-own ZooKeeper session.  For each protocol: every group is formed with ``consumers`` members and waited on until
-settled; then ``trials`` times one consumer joins every group at once, and once the groups are settled it leaves
-again.  Each membership change of each group is one measurement (:class:`Change`):
+for each protocol in turn, worker processes (:mod:`~zkcoord.bench.rebalance.worker`) hosting the consumers, each
+consumer its own ZooKeeper session.  For each protocol: every group is formed with ``consumers`` members and waited
+on until settled; then ``trials`` times one consumer joins every group at once, and once the groups are settled it
+leaves again.  Each membership change of each group is one measurement (:class:`Change`):
 
 * **latency**: from the trigger (the joining consumer's ``consumer.registered``, the leaving one's
   ``consumer.deregistered``) to the first moment at which the group is settled
-  (:class:`~zkcoord.bench.timeline.GroupTracker`): every member fetches exactly its new share.  That moment is
+  (:class:`~zkcoord.bench.rebalance.timeline.GroupTracker`): every member fetches exactly its new share.  That moment is
   the timestamp of the last ``fetch.started`` / start-fetcher ``command.applied`` / ``legacy.rebalance.completed``
   that was still missing;
 * **stop-the-world**: the longest interval in which no partition of the group was fetched, and the longest gap of
-  any one partition (:func:`~zkcoord.bench.timeline.outage`), between the command to the worker and the end;
+  any one partition (:func:`~zkcoord.bench.rebalance.timeline.outage`), between the command to the worker and the end;
 * **ZooKeeper requests**: the server's request counters (``mntr``) from just before the command to after the group
   settled and stayed quiet, less the background rate measured in a quiet window just before, per group changed;
 * **conflicts and retries**: the change's ``legacy.rebalance.conflict`` / ``legacy.rebalance.retrying`` /
   ``legacy.rebalance.failed`` events, and the coordinator's ``rebalance.retrying`` / ``rebalance.aborted`` /
   ``rebalance.failed``.
 
-The ZooKeeper floor (:mod:`zkcoord.bench.zkfloor`) is measured on the same server first, before any consumer runs,
-and again with each protocol's groups formed and idle.  Latencies are reported as multiples of it.
+The ZooKeeper floor (:mod:`~zkcoord.bench.rebalance.zkfloor`) is measured on the same server first, before any
+consumer runs, and again with each protocol's groups formed and idle.  Latencies are reported as multiples of it.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord import __version__, paths
-from zkcoord.bench.cluster import BenchError, CpuMeter, WorkerProcess, child_env, stop_all
-from zkcoord.bench.config import BenchConfig
-from zkcoord.bench.measures import (
+from zkcoord.bench.common import BenchError, default_out
+from zkcoord.bench.rebalance.cluster import CpuMeter, WorkerProcess, child_env, stop_all
+from zkcoord.bench.rebalance.config import BenchConfig
+from zkcoord.bench.rebalance.measures import (
     Change,
     ProtocolRun,
     Reading,
@@ -55,8 +56,8 @@ from zkcoord.bench.measures import (
     summarize,
     usage_of,
 )
-from zkcoord.bench.timeline import COORDINATED, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
-from zkcoord.bench.zkfloor import Floor, measure_floor, mntr_address, read_counters
+from zkcoord.bench.rebalance.timeline import COORDINATED, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
+from zkcoord.bench.rebalance.zkfloor import Floor, measure_floor, mntr_address, read_counters
 from zkcoord.errors import NoNodeError, ZkCoordError
 from zkcoord.partlog import PartitionWriter, WriterConfig
 from zkcoord.procs import ChildProcess, wait_until
@@ -66,7 +67,7 @@ from zkcoord.zkserver import ZkServer, ZkServerConfig, mntr
 from zkcoord.znodes import CoordinatorInfo
 
 SCHEMA_VERSION = 1
-DEFAULT_OUT = Path("benchmarks/results/rebalance.json")
+DEFAULT_OUT = default_out("rebalance")
 #: how long a group must stay without new events to count as quiet (before a change, and after one settled)
 QUIET_S = 0.3
 #: the quiet window before each change in which the background request rate is measured

@@ -33,7 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from zkcoord.bench.cluster import own_cpu_ms, process_cpu_ms_without
+from zkcoord.bench.rebalance.cluster import own_cpu_ms, process_cpu_ms_without
 from zkcoord.errors import ZkCoordError, ZkServerError
 from zkcoord.zk import ZkAddress, ZkClient, ZkConfig
 from zkcoord.zkserver import mntr

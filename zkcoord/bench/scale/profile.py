@@ -1,6 +1,6 @@
 """Where a coordinator's time went: a summary of a py-spy profile (``--format raw --threads --idle``).
 
-    python -m benchmarks.scale.profile PROFILE.txt [--rate 250] [--thread coordinator-] [--top 30]
+    python -m zkcoord.bench.scale.profile PROFILE.txt [--rate 250] [--thread coordinator-] [--top 30]
 
 py-spy's raw format is one collapsed stack per line: ``thread (<tid>): <name>;<frame>;<frame>... <samples>``, each
 frame ``function (file:line)``, outermost first.  Recorded with ``--idle``, every sample of a thread counts whether

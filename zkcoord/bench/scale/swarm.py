@@ -1,14 +1,14 @@
 """Thousands of control-plane consumers in one process: one TCP connection and one real ZooKeeper session each.
 
-    python -m benchmarks.scale.swarm --zk HOST:PORT[/chroot] --groups 0..249 --per-group 10 --topic T \\
+    python -m zkcoord.bench.scale.swarm --zk HOST:PORT[/chroot] --groups 0..249 --per-group 10 --topic T \\
         --ready-file F [--stats-file S] [--session-timeout 10] [--group-prefix swarm-] [--threads 1]
 
 ``--groups A..B`` names the groups ``<prefix>A`` .. ``<prefix>B`` (inclusive, the number zero-padded to 4 digits);
 ``--groups a,b`` names them literally.  Every group gets ``--per-group`` consumers.
 
 Each consumer behaves as ``tests/scripted.py``'s :class:`ScriptedConsumer` (the reference control-plane consumer);
-what that means is :mod:`benchmarks.scale.member`'s contract.  Each has its own connection and session through the
-minimal asyncio ZooKeeper client of :mod:`benchmarks.scale.wire` (kazoo's serialization, pipelined requests).  This
+what that means is :mod:`zkcoord.bench.scale.member`'s contract.  Each has its own connection and session through the
+minimal asyncio ZooKeeper client of :mod:`zkcoord.bench.scale.wire` (kazoo's serialization, pipelined requests).  This
 module is the process: the members on one event loop, the command line, and the ready and stats files.
 
 Once every consumer is registered and watching, ``--ready-file`` is written (atomically; JSON with the consumer ids
@@ -38,11 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zkcoord.bench.scale.member import Member
 from zkcoord.errors import ZkCoordError
 from zkcoord.names import validate_group, validate_topic
 from zkcoord.zk import ZkAddress
-
-from .member import Member
 
 log = logging.getLogger("swarm")
 

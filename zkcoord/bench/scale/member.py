@@ -14,9 +14,9 @@ Each consumer behaves as ``tests/scripted.py``'s :class:`ScriptedConsumer` (the 
 A dropped connection is resumed in the same session (and the channel listed again, which re-arms the watch); a session
 the server declares expired is replaced by a new one that registers again under the same consumer id.
 
-The connection itself is :class:`benchmarks.scale.wire.Connection`; the process-wide state a member shares (its
+The connection itself is :class:`zkcoord.bench.scale.wire.Connection`; the process-wide state a member shares (its
 configuration, the connect slots, the counters and latencies, the stopping flag) is its
-:class:`benchmarks.scale.swarm.Swarm`'s.
+:class:`zkcoord.bench.scale.swarm.Swarm`'s.
 """
 
 from __future__ import annotations
@@ -33,13 +33,20 @@ from kazoo.protocol.serialization import Create, Delete, Exists, GetChildren, Ge
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from zkcoord import paths
+from zkcoord.bench.scale.wire import (
+    CHILD_EVENT,
+    DELETED_EVENT,
+    EPHEMERAL,
+    NO_PASSWORD,
+    Connection,
+    ConnectionLost,
+    SessionExpired,
+)
 from zkcoord.errors import CodecError
 from zkcoord.znodes import Command, CommandOption, MemberRegistration, Pattern
 
-from .wire import CHILD_EVENT, DELETED_EVENT, EPHEMERAL, NO_PASSWORD, Connection, ConnectionLost, SessionExpired
-
 if TYPE_CHECKING:
-    from .swarm import Swarm
+    from zkcoord.bench.scale.swarm import Swarm
 
 log = logging.getLogger("swarm")
 

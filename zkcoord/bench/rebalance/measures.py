@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from zkcoord.bench.cluster import CpuReading
-from zkcoord.bench.timeline import (
+from zkcoord.bench.rebalance.cluster import CpuReading
+from zkcoord.bench.rebalance.timeline import (
     COORDINATED,
     COORDINATOR,
     INCREMENTAL,
@@ -34,10 +34,10 @@ from zkcoord.bench.timeline import (
     first_ts,
     outage,
 )
-from zkcoord.bench.zkfloor import Counters, Floor, delta, stats
+from zkcoord.bench.rebalance.zkfloor import Counters, Floor, delta, stats
 
 if TYPE_CHECKING:
-    from zkcoord.bench.config import BenchConfig
+    from zkcoord.bench.rebalance.config import BenchConfig
 
 # --- results ----------------------------------------------------------------------------------------------------
 

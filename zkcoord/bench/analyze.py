@@ -1,6 +1,7 @@
 """The Spark analysis against a single-process pass in plain Python, on synthetic journals of 10^6 and 10^7 events.
 
-    python benchmarks/analyze_bench.py [--events 1000000,10000000] [--dir DIR] [--out FILE] [--master local[2]]
+    zkcoord bench analyze [--size small|medium|large] [--events 1000000,10000000] [--master local[2]] [--out FILE]
+        [--dir DIR]
 
 For each size it writes two synthetic runs (journals in the shape the real processes write: ``produce.batch`` and
 ``records.consumed`` ranges, commits, fetch intervals, rebalances with their commands, a coordinator failover,
@@ -17,7 +18,6 @@ Both must agree on every count, and on the violations injected; the table goes t
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import os
@@ -32,9 +32,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from zkcoord.bench.common import BenchError, envelope, write_document
 from zkcoord.journal import read_journal
 
-DEFAULT_OUT = Path(__file__).parent / "results" / "analyze.json"
 PARTITIONS = 16
 CONSUMERS = 4
 BATCH = 100  # records per produce.batch / records.consumed
@@ -434,42 +434,48 @@ def bench(size: int, base: Path, master: str) -> Row:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", default="1000000", help="comma-separated sizes (total events of both runs)")
-    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temporary one)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args(argv)
-    sizes = [int(float(x)) for x in args.events.split(",")]
-    from zkcoord.analysis import run_analysis  # noqa: PLC0415
-    from zkcoord.analysis.session import get_spark  # noqa: PLC0415
+def bench_analyze(
+    sizes: tuple[int, ...], out: Path, master: str = "local[2]", scratch: Path | None = None
+) -> dict[str, Any]:
+    """Run the benchmark in this thread (a local SparkSession), print its table, write ``out``, return the document.
+
+    :raises BenchError: PySpark is not installed (the ``spark`` extra), a size below 10 000 events, or the two
+        analyses disagreed or missed an injected violation (after the document is written: it shows which).
+    """
+    if not sizes or any(size < 10_000 for size in sizes):
+        raise BenchError(f"--events must be sizes of at least 10000 events, got {', '.join(map(str, sizes))}")
+    try:
+        from zkcoord.analysis import run_analysis  # noqa: PLC0415  # PySpark only when measuring
+        from zkcoord.analysis.session import get_spark  # noqa: PLC0415
+    except ImportError as e:
+        raise BenchError(f"the analyze benchmark needs PySpark (pip install 'zkcoord[spark]'): {e}") from e
 
     started = time.perf_counter()
-    spark, _ = get_spark(args.master)
+    spark, _ = get_spark(master)
     spark.range(1).collect()
     startup_s = time.perf_counter() - started
     # A first, small analysis warms the JVM up (class loading, code generation, JIT), as any second run would be.
-    warm = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-warmup-", dir=args.dir))
+    warm = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-warmup-", dir=scratch))
     started = time.perf_counter()
     generate(warm / "run", 30_000, violations=True)
-    run_analysis([warm / "run"], warm / "out", args.master, report=False)
+    run_analysis([warm / "run"], warm / "out", master, report=False)
     warmup_s = time.perf_counter() - started
     shutil.rmtree(warm, ignore_errors=True)
     rows = []
     for size in sizes:
         print(f"{size} events:", file=sys.stderr)
-        scratch = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-bench-", dir=args.dir))
+        work = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-bench-", dir=scratch))
         try:
-            rows.append(bench(size, scratch, args.master))
+            rows.append(bench(size, work, master))
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+    version = spark.version
     spark.stop()
     head = (
         f"{'events':>10} {'MB':>7} {'spark s':>8} {'python s':>9} {'spark ev/s':>11} {'python ev/s':>12}  agree  found"
     )
     print(
-        f"Spark {spark.version} {args.master}, {os.cpu_count()} cores; not counted: JVM start-up {startup_s:.1f} s, "
+        f"Spark {version} {master}, {os.cpu_count()} cores; not counted: JVM start-up {startup_s:.1f} s, "
         f"warm-up analysis {warmup_s:.1f} s"
     )
     print(head)
@@ -478,18 +484,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.events:>10} {r.journal_mb:>7.0f} {r.spark_s:>8.1f} {r.python_s:>9.1f} {r.spark_events_per_s:>11} "
             f"{r.python_events_per_s:>12}  {r.counts_agree!s:>5}  {r.injected_found!s:>5}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
-        "master": args.master,
+        "master": master,
+        "spark": version,
         "jvm_startup_s": round(startup_s, 2),
         "warmup_s": round(warmup_s, 2),
         "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
     }
-    args.out.write_text(json.dumps({**meta, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
-    return 0 if all(r.counts_agree and r.injected_found for r in rows) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    document = envelope("analyze", {**meta, "rows": [asdict(r) for r in rows]})
+    write_document(out, document)
+    print(f"\nwrote {out}")
+    if not all(r.counts_agree and r.injected_found for r in rows):
+        raise BenchError(f"Spark and the Python pass disagree, or an injected violation was missed: see {out}")
+    return document

@@ -6,7 +6,7 @@ xid ``-2`` answers a ping, ``-1`` carries a watch event; the session handshake (
 Requests on one connection are pipelined and answered in order.
 
 :class:`Connection` knows frames, requests and replies only: sessions (resumption, pings, expiry) are its user's
-(:class:`benchmarks.scale.member.Member`), as are registration and the channel.
+(:class:`zkcoord.bench.scale.member.Member`), as are registration and the channel.
 """
 
 from __future__ import annotations

@@ -12,9 +12,7 @@ from typing import Any
 
 from consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription, TopicPartition
 from consumer.fetcher import FetchManager
-from zkcoord.partlog import PartitionReader
-
-from .common import (
+from zkcoord.bench.consumer.common import (
     MAX_POLLS,
     READ_CHUNK,
     SESSION_S,
@@ -25,6 +23,7 @@ from .common import (
     fill,
     log_bytes,
 )
+from zkcoord.partlog import PartitionReader
 
 # --- throughput -------------------------------------------------------------------------------------------------
 

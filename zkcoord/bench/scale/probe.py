@@ -9,7 +9,7 @@
   :func:`~zkcoord.coordinator.snapshot.read_groups` does (a new coordinator reads ``examine_batch`` groups at a
   time).  The plans must agree with the one-at-a-time ones.
 * :func:`per_request_us`: the cost of one request inside a large pipelined burst of reads, through kazoo
-  (``ZkClient.get_many``) and through the swarm's asyncio client (:mod:`~benchmarks.scale.wire`) on one connection:
+  (``ZkClient.get_many``) and through the swarm's asyncio client (:mod:`~zkcoord.bench.scale.wire`) on one connection:
   what a request costs once the round trip is amortised, i.e. the client's own overhead.
 """
 
@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from kazoo.protocol.serialization import GetData
 
 from zkcoord import paths
+from zkcoord.bench.scale.wire import NO_PASSWORD, Connection
 from zkcoord.coordinator.plan import plan
 from zkcoord.coordinator.snapshot import read_group, read_groups
 from zkcoord.errors import ZkError
 from zkcoord.zk import ZkClient
-
-from .wire import NO_PASSWORD, Connection
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,7 @@ from typing import Any
 
 from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from zkcoord import paths
-from zkcoord.errors import ZkCoordError, ZkError
-from zkcoord.zk import ZkClient
-from zkcoord.znodes import GroupPhase, GroupState
-
-from .common import (
+from zkcoord.bench.consumer.common import (
     REBALANCE_MAX_POLL,
     REBALANCE_PARTITIONS,
     SESSION_S,
@@ -25,6 +21,9 @@ from .common import (
     percentile,
     summary,
 )
+from zkcoord.errors import ZkCoordError, ZkError
+from zkcoord.zk import ZkClient
+from zkcoord.znodes import GroupPhase, GroupState
 
 log = logging.getLogger(__name__)
 

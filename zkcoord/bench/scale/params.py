@@ -5,11 +5,10 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "scale.json"
+from zkcoord.errors import ConfigurationError
+
 TOPIC = "scale-topic"
 GROUP_PREFIX = "scale-"
 GOAL_S = 10.0
@@ -57,6 +56,14 @@ class Params:
     form_timeout_s: float = 900.0
     failover_timeout_s: float = 300.0
 
+    def __post_init__(self) -> None:
+        if self.groups < 1 or self.consumers < self.groups or self.consumers % self.groups:
+            raise ConfigurationError(f"--consumers must be a positive multiple of --groups, got {self.consumers}")
+        if not 1 <= self.processes <= self.groups:
+            raise ConfigurationError(f"--processes must be within 1..{self.groups} (the groups), got {self.processes}")
+        if self.failovers < 1:
+            raise ConfigurationError(f"--failovers must be at least 1, got {self.failovers}")
+
     @property
     def per_group(self) -> int:
         return self.consumers // self.groups
@@ -70,7 +77,7 @@ class Params:
 
 @dataclass
 class Result:
-    """What a run measured, filled in phase by phase and saved as one row (:func:`benchmarks.scale.report.save`)."""
+    """What a run measured, filled in phase by phase and saved as one row (:func:`zkcoord.bench.scale.report.save`)."""
 
     key: str
     params: dict[str, Any]

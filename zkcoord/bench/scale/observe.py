@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord import paths
+from zkcoord.bench.scale.params import WORK_EVENTS, say
 from zkcoord.errors import CodecError
 from zkcoord.procs import ProcessError
 from zkcoord.zk import ZkClient
 from zkcoord.znodes import GroupPhase, GroupState
-
-from .params import WORK_EVENTS, say
 
 
 class JournalTail:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -11,13 +10,12 @@ import time
 from pathlib import Path
 from typing import IO
 
+from zkcoord.bench.scale.params import GROUP_PREFIX, TOPIC, Params
 from zkcoord.procs import ProcessError
-
-from .params import GROUP_PREFIX, ROOT, TOPIC, Params
 
 
 class SwarmProcess:
-    """``python -m benchmarks.scale.swarm`` for a range of groups, output to a log file."""
+    """``python -m zkcoord.bench.scale.swarm`` for a range of groups, output to a log file."""
 
     def __init__(self, index: int, *, params: Params, first: int, last: int, hosts: str, run_dir: Path) -> None:
         self.index = index
@@ -27,7 +25,7 @@ class SwarmProcess:
         self.args = [
             sys.executable,
             "-m",
-            "benchmarks.scale.swarm",
+            "zkcoord.bench.scale.swarm",
             "--zk",
             hosts,
             "--groups",
@@ -52,8 +50,7 @@ class SwarmProcess:
 
     def start(self) -> SwarmProcess:
         self._log = self.log_path.open("ab")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
         return self
 
     def alive(self) -> bool:

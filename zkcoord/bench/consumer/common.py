@@ -37,7 +37,6 @@ REBALANCE_MAX_POLL = 500
 REBALANCE_PREFILL = REBALANCE_MAX_POLL  # per partition: one read fills a fetcher's prefetch buffer
 ZK_FLOOR_SAMPLES = 200
 ZK_FLOOR_WARMUP = 400  # a fresh JVM compiles its hot paths over its first few hundred requests
-DEFAULT_OUT = Path(__file__).parent.parent / "results" / "consumer.json"
 
 
 class BenchError(Exception):

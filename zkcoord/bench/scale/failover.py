@@ -1,13 +1,13 @@
 """The coordinator at scale: forming 1 000 groups of 10 000 consumers, then a coordinator failover at that size.
 
-    python -m benchmarks.scale.failover [--groups 1000] [--consumers 10000] [--processes 4] [--partitions 4]
-        [--session-timeout 4] [--consumer-session-timeout 10] [--zk-no-fsync] [--zk-heap-mb 1024]
-        [--profile] [--out benchmarks/results/scale.json] [--keep DIR]
+    zkcoord bench scale [--size small|medium|large] [--groups 1000] [--consumers 10000] [--processes 4]
+        [--partitions 4] [--session-timeout 4] [--consumer-session-timeout 10] [--zk-no-fsync] [--zk-heap-mb 1024]
+        [--failovers 3] [--profile] [--out bench-results/scale.json] [--keep DIR]
 
 Everything is real and started here: one ZooKeeper (:class:`~zkcoord.zkserver.ZkServer`, ``forceSync`` on unless
 ``--zk-no-fsync``), two brokers as processes (``python -m zkcoord broker``, each hosting a coordinator, journals in the
 run directory), one topic of ``--partitions`` partitions (:class:`~zkcoord.topics.TopicAdmin`), and ``--processes``
-swarm processes (:mod:`benchmarks.scale.swarm`) sharing the groups and consumers (``consumers / groups`` per group,
+swarm processes (:mod:`zkcoord.bench.scale.swarm`) sharing the groups and consumers (``consumers / groups`` per group,
 static subscription, 1 thread each; one session per consumer).
 
 **Formation.**  From the swarms' start until every session is registered (their ready files), and until every
@@ -25,15 +25,14 @@ At the end every group's state is checked again (STABLE, all members).  Journal 
 
 With ``--profile`` the standby broker is sampled by py-spy (``--idle``: waiting on ZooKeeper counts, so the samples
 add up to wall time) from before the kill until it is idle; the collapsed stacks are kept in the run directory and
-summarised by :mod:`benchmarks.scale.profile`.
+summarised by :mod:`zkcoord.bench.scale.profile`.
 
-The table goes to stdout; the rows to ``--out`` (default ``benchmarks/results/scale.json``), keyed by configuration,
+The table goes to stdout; the rows to ``--out`` (default ``bench-results/scale.json``), keyed by configuration,
 so a small and a full run sit side by side.  Every wait has a deadline; every process is stopped in ``finally``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import io
@@ -42,7 +41,6 @@ import os
 import pstats
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -54,15 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord import paths
-from zkcoord.errors import CodecError, ZkError
-from zkcoord.procs import ChildProcess, ProcessError
-from zkcoord.topics import TopicAdmin
-from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.zkserver import ZkServer, ZkServerConfig
-from zkcoord.znodes import CoordinatorInfo, GroupPhase
-
-from .children import Profiler, SwarmProcess
-from .observe import (
+from zkcoord.bench.scale.children import Profiler, SwarmProcess
+from zkcoord.bench.scale.observe import (
     JournalTail,
     formation_summary,
     group_states,
@@ -71,12 +62,18 @@ from .observe import (
     stable_count,
     wait_for,
 )
-from .params import DEFAULT_OUT, GOAL_S, PROFILE_RATE, STARTUP, TOPIC, Params, Result, say, seconds
-from .probe import examine_one_at_a_time, examine_pipelined, per_request_us, round_trip_ms
-from .profile import report
-from .report import save, table
+from zkcoord.bench.scale.params import GOAL_S, PROFILE_RATE, STARTUP, TOPIC, Params, Result, say, seconds
+from zkcoord.bench.scale.probe import examine_one_at_a_time, examine_pipelined, per_request_us, round_trip_ms
+from zkcoord.bench.scale.profile import report
+from zkcoord.bench.scale.report import save, table
+from zkcoord.errors import CodecError, ZkError
+from zkcoord.procs import ChildProcess, ProcessError
+from zkcoord.topics import TopicAdmin
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.zkserver import ZkServer, ZkServerConfig
+from zkcoord.znodes import CoordinatorInfo, GroupPhase
 
-__all__ = ["Params", "Result", "ScaleRun", "main"]
+__all__ = ["Params", "Result", "ScaleRun", "bench_scale"]
 
 
 class ScaleRun:
@@ -401,44 +398,14 @@ def run_directory(keep: Path | None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--groups", type=int, default=1000)
-    parser.add_argument("--consumers", type=int, default=10_000, help="in total; a multiple of --groups")
-    parser.add_argument("--processes", type=int, default=4, help="swarm processes sharing the sessions")
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--session-timeout", type=float, default=4.0, help="brokers' session timeout, seconds")
-    parser.add_argument("--consumer-session-timeout", type=float, default=10.0)
-    parser.add_argument("--zk-heap-mb", type=int, default=1024)
-    parser.add_argument("--zk-no-fsync", action="store_true", help="forceSync=no on the ZooKeeper server")
-    parser.add_argument("--failovers", type=int, default=3, help="failovers in a row (the killed broker restarts)")
-    parser.add_argument("--profile", action="store_true", help="py-spy the coordinators (formation, 1st failover)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--keep", type=Path, default=None, help="run directory to keep (logs, journals, profile)")
-    parser.add_argument("--form-timeout", type=float, default=900.0)
-    parser.add_argument("--failover-timeout", type=float, default=300.0)
-    args = parser.parse_args(argv)
-    if args.groups < 1 or args.consumers < args.groups or args.consumers % args.groups:
-        parser.error("--consumers must be a positive multiple of --groups")
-    if not 1 <= args.processes <= args.groups:
-        parser.error("--processes must be within 1..groups")
-    params = Params(
-        groups=args.groups,
-        consumers=args.consumers,
-        processes=args.processes,
-        partitions=args.partitions,
-        session_timeout_s=args.session_timeout,
-        consumer_session_timeout_s=args.consumer_session_timeout,
-        zk_heap_mb=args.zk_heap_mb,
-        zk_fsync=not args.zk_no_fsync,
-        failovers=max(1, args.failovers),
-        profile=args.profile,
-        form_timeout_s=args.form_timeout,
-        failover_timeout_s=args.failover_timeout,
-    )
-    keep = args.keep
-    if keep is None and args.profile:
-        keep = Path(tempfile.mkdtemp(prefix="zkcoord-scale-"))  # the profile outlives the run
+def bench_scale(params: Params, out: Path, keep: Path | None = None) -> dict[str, Any]:
+    """Run the benchmark (blocks for the whole run), print its table, add its row to ``out`` and return the document.
+
+    Every process it starts is stopped before it returns or raises.  The run directory is ``keep`` if given (kept),
+    else a temporary one (removed; kept when profiling, since the profile outlives the run).
+    """
+    if keep is None and params.profile:
+        keep = Path(tempfile.mkdtemp(prefix="zkcoord-scale-"))
     with run_directory(keep) as run_dir:
         say(f"run directory {run_dir}")
         result = ScaleRun(params, run_dir).run()
@@ -447,10 +414,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n--- where the time went: {phase} ---")
             path = Path(profile)
             print(path.read_text() if phase.startswith("probe") else report(path, rate=PROFILE_RATE))
-    save(result, args.out)
-    print(f"\nwrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    document = save(result, out)
+    print(f"\nwrote {out}")
+    return document

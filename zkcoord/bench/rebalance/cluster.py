@@ -2,7 +2,7 @@
 
 Every wait has a deadline and every process is stopped by :meth:`stop` / :meth:`terminate`, which the driver calls
 in ``finally``.  Workers are controlled through their standard input and answer on their standard output
-(:mod:`zkcoord.bench.worker`); their standard error goes to a log file in the run directory.
+(:mod:`zkcoord.bench.rebalance.worker`); their standard error goes to a log file in the run directory.
 """
 
 from __future__ import annotations
@@ -21,12 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from zkcoord.errors import ZkCoordError
+from zkcoord.bench.common import BenchError
 from zkcoord.shutdown import KILL_GRACE_S
-
-
-class BenchError(ZkCoordError):
-    """The benchmark could not do what it set out to (a process died, a deadline passed, bad settings)."""
 
 
 def tail(path: Path, lines: int = 3) -> str:
@@ -38,11 +34,11 @@ def tail(path: Path, lines: int = 3) -> str:
 
 
 class WorkerProcess:
-    """``python -m zkcoord.bench.worker ...``: consumers of one protocol, controlled by JSON lines."""
+    """``python -m zkcoord.bench.rebalance.worker ...``: consumers of one protocol, controlled by JSON lines."""
 
     def __init__(self, index: int, args: list[str], log_path: Path, env: dict[str, str]) -> None:
         self.index = index
-        self.args = [sys.executable, "-m", "zkcoord.bench.worker", "--index", str(index), *args]
+        self.args = [sys.executable, "-m", "zkcoord.bench.rebalance.worker", "--index", str(index), *args]
         self.log_path = log_path
         self.env = env
         self.consumers: dict[str, str] = {}  # consumer id -> group
