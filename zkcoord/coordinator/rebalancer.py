@@ -54,7 +54,7 @@ from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops,
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.plan import Moves, moves, plan
+from zkcoord.coordinator.plan import Moves, moves, plan, registry_vouched
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
@@ -221,7 +221,9 @@ class Rebalancer:
     def _incremental(self, attempt: Attempt) -> bool:
         """Whether ``attempt`` may move only what changes: every member asked for it, and what each fetches is
         known -- the group is STABLE (so no earlier attempt stopped anything it did not restart), this is not a
-        retry, and every owner znode could be read."""
+        retry, every owner znode could be read, and the registry agrees with the state's target over the live
+        members (:func:`~zkcoord.coordinator.plan.registry_vouched`: an owner znode deleted by hand does not make
+        its partition free)."""
         state = attempt.read.snapshot.state
         return (
             attempt.plan.incremental
@@ -229,6 +231,7 @@ class Rebalancer:
             and state.phase is GroupPhase.STABLE
             and attempt.number == 0
             and not attempt.read.unreadable_owners
+            and registry_vouched(attempt.read.snapshot)
             and not self.writer.fence.unsafe
         )
 
