@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from consumer.offsets import OffsetCommitFencedError, OffsetStore
+from consumer.records import TopicPartition
 from tests.integration.test_consumer_e2e import Run
 from tests.ledger import Ledger
 from zkcoord import paths
@@ -22,7 +24,8 @@ from zkcoord.errors import ZkCoordError
 from zkcoord.journal import read_journal
 from zkcoord.procs import ChildProcess, wait_until
 from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState, MemberRegistration, decode_int
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState, MemberRegistration, decode_int, encode_owner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -220,3 +223,25 @@ def test_an_owner_znode_deleted_then_a_new_coordinator_and_a_join_do_not_give_it
     wait_until(two_members, DEADLINE, "the group balanced over both members")
     assert run.producer(TOPIC, 400, 2000).wait(60) == 0
     _check_clean(run, 600, {TOPIC})
+
+
+def test_a_claims_commit_fence_tells_a_recreated_owner_znode_from_the_one_it_claimed(zk_hosts: str) -> None:
+    """The consumer's side of C: an owner znode deleted and created again for another thread restarts at version 0,
+    the version a claim made on the coordinator's first write holds; the commit fence must still refuse it."""
+    owner, tp = paths.owner(GROUP, TOPIC, 0), TopicPartition(TOPIC, 0)
+    with ZkClient(ZkConfig.from_string(zk_hosts)) as zk:
+        zk.create(owner, encode_owner("g_a-1-0"), makepath=True)
+        store = OffsetStore(zk, GROUP)
+        assert store.claim({tp: "g_a-1-0"}).claims[tp].owner_version == 0
+        assert store.commit({tp: 5}) == {tp: 5}
+        zk.delete(owner)
+        zk.create(owner, encode_owner("g_b-2-0"))  # given to another member: version 0 again
+        with pytest.raises(OffsetCommitFencedError):
+            store.commit({tp: 9})
+        assert decode_int("offset", zk.get(paths.offset(GROUP, TOPIC, 0))[0]) == 5
+        # Recreated naming our own thread (a person restoring it), it is still ours: the claim follows it.
+        zk.set(owner, encode_owner("g_a-1-0"))
+        store.claim({tp: "g_a-1-0"})
+        zk.delete(owner)
+        zk.create(owner, encode_owner("g_a-1-0"))
+        assert store.commit({tp: 11}) == {tp: 11}
