@@ -1,10 +1,13 @@
 """Committed offsets under ``/consumers/groups/<g>/offsets/<t>/<p>``, fenced by the ownership registry (S3).
 
 When a consumer starts fetching a partition it reads the partition's owner znode (written by the coordinator in the
-same transaction as the start-fetcher) and remembers its version.  Every commit is a transaction that first checks
-that version: if the coordinator has since given the partition to another thread (a new owner value, so a new
-version) or removed it, the check fails and the commit of that partition is refused with
-:class:`OffsetCommitFencedError`.  A consumer that no longer owns a partition therefore cannot move its offset.
+same transaction as the start-fetcher) and remembers its version and its ``czxid`` (which znode it is).  Every commit
+is a transaction that first checks that version: if the coordinator has since given the partition to another thread
+(a new owner value, so a new version) or removed it, the check fails and the commit of that partition is refused with
+:class:`OffsetCommitFencedError`.  A consumer that no longer owns a partition therefore cannot move its offset.  A
+version alone does not tell a znode deleted and created again (it restarts at 0, so a claim made at version 0 would
+pass the check of a new owner's znode): so a commit first reads the owner znodes it is about to check, and one that is
+another znode than the claim's (another ``czxid``) is looked at again before the transaction, as a failed check is.
 
 An owner znode that vanished or cannot be decoded under a live claim was not written by the coordinator (it never
 deletes or rewrites the owner znode of a partition a live member holds before that member acknowledged a stop of it;
@@ -25,6 +28,7 @@ thread; a lock serialises them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
@@ -67,6 +71,8 @@ class Claim:
     offset_exists: bool
     #: the ZooKeeper session the claim was read in (only a claim of the current session may repair its owner znode)
     session: int = 0
+    #: the ``czxid`` of the owner znode the claim was read from (or repaired to)
+    owner_czxid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +136,7 @@ class OffsetStore:
                 pending.add(tp)
                 continue
             repair = wait is None and tp in repairable
-            holder, version, problem = self._holder(tp, ownership[tp], owner, repair=repair, session=session)
+            holder, (version, czxid), problem = self._holder(tp, ownership[tp], owner, repair=repair, session=session)
             if holder is None:
                 problems.append(f"{owner_paths[i]}: {problem}")
                 continue
@@ -146,7 +152,7 @@ class OffsetStore:
                     committed = decode_int("committed offset", offset[0], offset_paths[i])
                 except CodecError as e:
                     problems.append(f"{e}; starting from the start policy")
-            claims[tp] = Claim(ownership[tp], version, committed, offset is not None, session)
+            claims[tp] = Claim(ownership[tp], version, committed, offset is not None, session, czxid)
         with self._lock:
             if not add:
                 self._claims, self._committed = {}, {}
@@ -157,11 +163,11 @@ class OffsetStore:
 
     def _holder(
         self, tp: TopicPartition, thread: str, owner: tuple[bytes, Stat] | None, *, repair: bool, session: int
-    ) -> tuple[str | None, int, str]:
-        """``(holder, version, problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for ``thread``.  With
-        ``repair`` (the group's state vouches that the start gives us ``tp``), one that is absent, unreadable or names
-        another thread was not written by the coordinator that sent the start (see the module's docstring): it is
-        ours to repair, and is."""
+    ) -> tuple[str | None, tuple[int, int], str]:
+        """``(holder, (version, czxid), problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for
+        ``thread``.  With ``repair`` (the group's state vouches that the start gives us ``tp``), one that is absent,
+        unreadable or names another thread was not written by the coordinator that sent the start (see the module's
+        docstring): it is ours to repair, and is."""
         problem = "no owner registered"
         if owner is not None:
             try:
@@ -170,14 +176,14 @@ class OffsetStore:
                 problem = f"unreadable ({e.reason})"
             else:
                 if holder == thread or not repair:
-                    return holder, owner[1].version, ""
+                    return holder, (owner[1].version, owner[1].czxid), ""
                 problem = f"named {holder}"
         if not repair:
-            return None, -1, problem
+            return None, (-1, 0), problem
         repaired = self._repair(tp, thread, owner[1] if owner else None, problem, session)
         if repaired is None:
-            return None, -1, f"{problem}, and could not be repaired"
-        return thread, repaired, ""
+            return None, (-1, 0), f"{problem}, and could not be repaired"
+        return thread, (repaired.version, repaired.czxid), ""
 
     def release(self, tps: Iterable[TopicPartition] | None = None) -> None:
         """Forget the claims on ``tps`` (None: all of them); their offsets can no longer be committed by us."""
@@ -239,7 +245,8 @@ class OffsetStore:
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
-            rechecked: set[TopicPartition] = set()  # each owner znode is looked at again at most once per commit
+            # Each owner znode is looked at again at most once per commit.
+            rechecked = self._recheck_other_znodes(todo, handing, fenced)
             recreated: set[TopicPartition] = set()
             while todo or handing:
                 try:
@@ -269,10 +276,7 @@ class OffsetStore:
                         rechecked.add(lost)
                         if self._recheck(lost):
                             continue  # still ours (repaired if it had to be): commit again
-                    fenced.append(lost)
-                    del self._claims[lost]  # it is somebody else's now
-                    todo.pop(lost, None)
-                    handing.pop(lost, None)
+                    self._lose(lost, todo, handing, fenced)
                     continue
                 except ZkError:
                     # Not a refusal: the outcome is unknown (a reply lost), so these claims may be over already.
@@ -287,6 +291,19 @@ class OffsetStore:
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
         return written
+
+    def _lose(
+        self,
+        tp: TopicPartition,
+        todo: dict[TopicPartition, int],
+        handing: dict[TopicPartition, str],
+        fenced: list[TopicPartition],
+    ) -> None:
+        """``tp`` is somebody else's now: forget our claim and leave it out of this commit.  Lock held."""
+        fenced.append(tp)
+        del self._claims[tp]
+        todo.pop(tp, None)
+        handing.pop(tp, None)
 
     def _commit_once(
         self, todo: Mapping[TopicPartition, int], ack: str | None, handover: Mapping[TopicPartition, str]
@@ -311,7 +328,7 @@ class OffsetStore:
         txn.commit()
         for tp, off in todo.items():
             c = self._claims[tp]
-            self._claims[tp] = Claim(c.thread, c.owner_version, off, True, c.session)
+            self._claims[tp] = dataclasses.replace(c, committed=off, offset_exists=True)
             self._committed[tp] = off
 
     def _offset_exists(self, tp: TopicPartition, *, exists: bool) -> None:
@@ -320,7 +337,7 @@ class OffsetStore:
         if not exists:
             self.zk.ensure_path(paths.offsets(self.group, tp.topic))
         c = self._claims[tp]
-        self._claims[tp] = Claim(c.thread, c.owner_version, c.committed, exists, c.session)
+        self._claims[tp] = dataclasses.replace(c, offset_exists=exists)
 
     def take_repairs(self) -> list[Repair]:
         """The owner znodes repaired since the last call (to journal them)."""
@@ -336,26 +353,42 @@ class OffsetStore:
         for our stop, and a hand-over is our own write), so a change we did not make was made by hand.  Lock held.
         :raises ZkError: on I/O failure."""
         claim, path = self._claims[tp], paths.owner(self.group, tp.topic, tp.partition)
+        now: Stat | None
         try:
             data, stat = self.zk.get(path)
         except NoNodeError:
-            version = self._repair(tp, claim.thread, None, "vanished", claim.session)
+            now = self._repair(tp, claim.thread, None, "vanished", claim.session)
         else:
             try:
                 holder = decode_owner(data, path)
             except CodecError as e:
-                version = self._repair(tp, claim.thread, stat, f"unreadable ({e.reason})", claim.session)
+                now = self._repair(tp, claim.thread, stat, f"unreadable ({e.reason})", claim.session)
             else:
-                version = stat.version if holder == claim.thread else None
-        if version is None:
+                now = stat if holder == claim.thread else None
+        if now is None:
             return False
-        self._claims[tp] = Claim(claim.thread, version, claim.committed, claim.offset_exists, claim.session)
+        self._claims[tp] = dataclasses.replace(claim, owner_version=now.version, owner_czxid=now.czxid)
         return True
 
-    def _repair(self, tp: TopicPartition, thread: str, found: Stat | None, reason: str, session: int) -> int | None:
+    def _recheck_other_znodes(
+        self, todo: dict[TopicPartition, int], handing: dict[TopicPartition, str], fenced: list[TopicPartition]
+    ) -> set[TopicPartition]:
+        """Before a commit: read the owner znodes of ``todo`` and ``handing`` (one pipelined read); one that exists
+        but is not the znode its claim was read from (another ``czxid``: deleted and created again since, which a
+        version check could let pass) is looked at again now (:meth:`_recheck`), and lost unless it is still ours.
+        Returns the partitions looked at again.  Lock held.  :raises ZkError: on I/O failure."""
+        tps = sorted({*todo, *handing})
+        reads = self.zk.get_many([paths.owner(self.group, tp.topic, tp.partition) for tp in tps])
+        other = {tp for tp, got in zip(tps, reads, strict=True) if got and got[1].czxid != self._claims[tp].owner_czxid}
+        for tp in sorted(other):
+            if tp in self._uncertain or not self._recheck(tp):
+                self._lose(tp, todo, handing, fenced)
+        return other
+
+    def _repair(self, tp: TopicPartition, thread: str, found: Stat | None, reason: str, session: int) -> Stat | None:
         """Write ``thread`` into ``tp``'s owner znode, which was absent (``found`` None: created, parents first) or
         unreadable (set, conditionally on ``found``'s version), provided our registration is alive in ``session``.
-        Returns the znode's new version, or None if it could not be repaired (someone else wrote it meanwhile, or
+        Returns the znode's new stat, or None if it could not be repaired (someone else wrote it meanwhile, or
         we are not the registration that claimed it).  :raises ZkError: on other I/O failures."""
         if session != self.zk.session_id or session == 0:
             return None
@@ -367,14 +400,13 @@ class OffsetStore:
         try:
             if found is None:
                 self.zk.ensure_path(paths.owners(self.group, tp.topic))
-                self.zk.create(path, encode_owner(thread))
-                version = 0
+                stat = self.zk.create_stat(path, encode_owner(thread))
             else:
-                version = self.zk.set(path, encode_owner(thread), found.version).version
+                stat = self.zk.set(path, encode_owner(thread), found.version)
         except (NodeExistsError, BadVersionError, NoNodeError):
             return None
         self._repairs.append(Repair(tp, thread, reason))
-        return version
+        return stat
 
     def _offset_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
         for tp in todo:

@@ -70,6 +70,10 @@ EVENTS: dict[str, str] = {
     "rebalance.failed": "a rebalance failed for good after its retries: group, generation, epoch, retries, reason",
     "command.sent": "a command was written to a consumer's channel: group, consumer, option, epoch, generation",
     "command.acked": "a consumer deleted (acknowledged) a command: group, consumer, option, epoch, generation",
+    "command.lost": (
+        "a command's channel was deleted (or created again) before the command was acknowledged: the deletion is not "
+        "taken for an acknowledgement, the attempt is retried: group, consumer, option, epoch, generation, channel"
+    ),
     "consumer.registered": (
         "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client)"
     ),

@@ -76,7 +76,7 @@ def test_a_watch_failing_during_the_reconnect_recheck_is_rechecked_at_the_next_r
     real = zk.get_many
     calls = {"n": 0}
 
-    def flaky(paths_: list[str], watch: object = None) -> object:
+    def flaky(paths_: list[str], watch: object = None, watched: object = None) -> object:
         if watch is None:  # the group's own reads
             return real(paths_)
         calls["n"] += 1

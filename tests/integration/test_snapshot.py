@@ -9,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from zkcoord import legacy_paths, paths
-from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
-from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, forget_member, read_group
+from zkcoord.procs import wait_until
+from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
 from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
 
 pytestmark = pytest.mark.integration
@@ -81,21 +82,51 @@ def test_zk_client_members_are_seen_even_when_no_member_of_ours_is_migrating(zk:
 def test_known_members_are_not_read_again_unless_a_name_was_deleted_and_created_again(zk: ZkClient) -> None:
     _group(zk, {0: "g_a-1-00000001-0"})
     cache: dict[str, KnownMembers] = {}
-    first = read_group(zk, G, members=cache).snapshot.members
+    events: list[WatchEvent] = []
+    first = read_group(zk, G, members=cache, watch=events.append).snapshot.members
     assert set(first) == {"g_a-1-00000001"} and G in cache
-    # A known registration's znode is rewritten in place (nobody does that, but it shows what is read): a second
-    # read with nothing else changed keeps the cached one, so the reads really were saved.
     stale = MemberRegistration(Pattern.STATIC, {"t": 1}, 1)
-    zk.set(paths.member(G, "g_a-1-00000001"), MemberRegistration(Pattern.STATIC, {"t": 2}, 1).encode())
-    assert read_group(zk, G, members=cache).snapshot.members["g_a-1-00000001"].registration == stale
-    # A new member is read, the known one still not.
+    # A new member is read, the known one not (its data watch has not fired: nothing changed it).
     zk.create(paths.member(G, "g_b-1-00000002"), stale.encode())
-    second = read_group(zk, G, members=cache).snapshot.members
+    reads: list[list[str]] = []
+    real = zk.get_many
+
+    def counting(paths_: list[str], **kw: object) -> object:
+        reads.append(list(paths_))
+        return real(paths_, **kw)  # type: ignore[arg-type]
+
+    zk.get_many = counting  # type: ignore[method-assign,assignment]
+    try:
+        second = read_group(zk, G, members=cache, watch=events.append).snapshot.members
+    finally:
+        zk.get_many = real  # type: ignore[method-assign]
     assert set(second) == {"g_a-1-00000001", "g_b-1-00000002"}
-    assert second["g_a-1-00000001"].registration == stale
+    assert paths.member(G, "g_a-1-00000001") not in reads[0] and paths.member(G, "g_b-1-00000002") in reads[0]
     # The same name deleted and created again between two reads (a new session: a new czxid): the cversion shows
     # more changes than the names explain, so everything is read again.
     zk.delete(paths.member(G, "g_a-1-00000001"))
     zk.create(paths.member(G, "g_a-1-00000001"), stale.encode())
-    third = read_group(zk, G, members=cache).snapshot.members
+    third = read_group(zk, G, members=cache, watch=events.append).snapshot.members
     assert third["g_a-1-00000001"].incarnation != first["g_a-1-00000001"].incarnation
+
+
+def test_a_known_registration_rewritten_in_place_is_read_again_once_its_watch_fires(zk: ZkClient) -> None:
+    """A registration ``set`` by someone else (and later written back by its consumer) changes no listing: what the
+    cache keeps must be what is stored now, so each kept registration is watched and forgotten when it changes."""
+    _group(zk, {0: "g_a-1-00000001-0"})
+    cache: dict[str, KnownMembers] = {}
+    events: list[WatchEvent] = []
+    path = paths.member(G, "g_a-1-00000001")
+    read_group(zk, G, members=cache, watch=events.append)
+    hostile = MemberRegistration(Pattern.STATIC, {"other": 1}, 1)
+    for registration in (hostile, MemberRegistration(Pattern.STATIC, {"t": 1}, 1)):  # rewritten, then written back
+        zk.set(path, registration.encode())
+        wait_until(lambda: bool(events), 10, "the registration's data watch")
+        assert [e.path for e in events] == [path]
+        forget_member(cache, events.pop().path)
+        read = read_group(zk, G, members=cache, watch=events.append)
+        assert read.snapshot.members["g_a-1-00000001"].registration == registration
+    # Read without a watch, a registration is not kept: nothing would say when it changes.
+    cache.clear()
+    read_group(zk, G, members=cache)
+    assert cache[G].members == {}

@@ -75,6 +75,9 @@ class Attempt:
     stop_ms: float = 0.0
     #: a write whose outcome is unknown (connection lost); resumed on reconnect
     uncertain: bool = False
+    #: by recipient, the zxid of the transaction that wrote its command of this step (its channel must be no newer
+    #: for the command's deletion to count as acknowledged: :mod:`~zkcoord.coordinator.acks`)
+    written: dict[str, int] = field(default_factory=dict)
     #: the plan's target split by member (see :meth:`share`)
     _shares: dict[str, Assignment] | None = field(default=None, init=False, repr=False)
 

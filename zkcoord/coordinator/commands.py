@@ -84,9 +84,11 @@ class PhaseWriter:
 
     def write(
         self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0
-    ) -> tuple[int, list[str]]:
+    ) -> tuple[int, list[tuple[str, int]]]:
         """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version and the
-        paths of the sequential znodes (the commands) created, in the order of ``ops``.
+        sequential znodes (the commands) created, in the order of ``ops``: each as ``(path, zxid)``, the zxid of the
+        transaction that created it (so its ``czxid``: a channel created after it is another channel than the one
+        it was written into, :mod:`~zkcoord.coordinator.acks`).
 
         ``state_version`` is the state znode's current version (-1: it does not exist yet).
 
@@ -102,22 +104,24 @@ class PhaseWriter:
             txn = self.fence.transaction()
             data = dataclasses.replace(state, sent=i + 1).encode()
             if version < 0:
+                # Created, then set in the same transaction: a set's result carries the transaction's zxid.
                 txn.create(state_path, data)
-            else:
-                txn.set_data(state_path, data, version)
+                version = 0
+            txn.set_data(state_path, data, version)
             version += 1
             for op in batches[i]:
                 _add(txn, op)
             txns.append(txn)
-        created: list[str] = []
+        created: list[tuple[str, int]] = []
         for offset, result in enumerate(zk.commit_many(txns)):
             if isinstance(result, FencedError):
                 raise result
             batch = batches[start + offset]
             if isinstance(result, list) and batch:
-                # The fence's own operations come first in each transaction; the batch's operations are the tail.
-                tail = result[-len(batch) :]
-                created += [str(r) for op, r in zip(batch, tail, strict=True) if op.kind == "create_seq"]
+                # The fence's own operations come first in each transaction, then the state's set; the batch's
+                # operations are the tail.
+                tail, zxid = result[-len(batch) :], result[-len(batch) - 1].mzxid
+                created += [(str(r), zxid) for op, r in zip(batch, tail, strict=True) if op.kind == "create_seq"]
             if isinstance(result, ZkError):
                 landed = start + offset
                 fenced = self._as_fenced(result)

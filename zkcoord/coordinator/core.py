@@ -46,7 +46,7 @@ from zkcoord.coordinator.election import Fence, Term
 from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
-from zkcoord.coordinator.snapshot import Listing, listing, read_groups
+from zkcoord.coordinator.snapshot import Listing, forget_member, listing, read_groups
 from zkcoord.errors import FencedError, ZkCoordError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
@@ -469,7 +469,9 @@ class Coordinator:
 
     def _on_members_watch(self, path: str, kind: WatchKind) -> None:
         """A group's members watch fired: list the group again (with the other groups of this turn)."""
-        group = paths.group_of_ids(path) or paths.group_of_member(path)  # a watched unreadable registration too
+        group = paths.group_of_ids(path) or paths.group_of_member(path)  # a watched registration too
+        if self.rebalancer is not None:
+            forget_member(self.rebalancer.members, path)  # changed in place, perhaps: read it again
         if group is None or group not in self._groups:
             return
         self._relist.add(group)
@@ -534,7 +536,9 @@ class Coordinator:
         batch = self._take_batch(rebalancer)
         if not batch:
             return
-        reads = read_groups(self.zk, batch, self._member_ids, rebalancer.registries, rebalancer.members)
+        reads = read_groups(
+            self.zk, batch, self._member_ids, rebalancer.registries, rebalancer.members, watch=self._members_watch
+        )
         deferred: list[str] = []
         todo = deque(batch)
         try:

@@ -202,6 +202,26 @@ def unreadable_holders(snapshot: GroupSnapshot) -> dict[str, int]:
     return {cid: incarnation for cid, incarnation in snapshot.unreadable.items() if cid in named}
 
 
+def registry_vouched(snapshot: GroupSnapshot) -> bool:
+    """Whether the ownership registry says what every live member may be fetching, so that an incremental rebalance
+    may rely on it: the state is STABLE and, over the members still in the incarnation it recorded, the registry
+    equals its target.
+
+    A STABLE state's target and the registry are written together (the start step writes both; in a hand-over the
+    old owners write the new threads before acknowledging, and the state is STABLE only once all did), so for live
+    members they agree -- unless someone changed an owner znode.  One deleted by hand makes its partition look free
+    although its member still fetches it (a new coordinator, which reads the registry afresh, would hand it to
+    another member with no stop: S2); one rewritten names the wrong fetcher.  Then only the state's target says who
+    fetches what, and no start may go out before everyone is stopped: the rebalance is eager.
+    """
+    state = snapshot.state
+    if state is None or state.phase is not GroupPhase.STABLE:
+        return False
+    alive = {cid for cid, member in snapshot.members.items() if state.members.get(cid) == member.incarnation}
+    alive |= {cid for cid, incarnation in snapshot.unreadable.items() if state.members.get(cid) == incarnation}
+    return restrict(snapshot.owners, alive) == restrict(state.target, alive)
+
+
 def still_held(snapshot: GroupSnapshot) -> Assignment:
     """The registry's entries whose thread belongs to a member still in its recorded incarnation.
 
@@ -284,7 +304,7 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
     )
 
 
-def restrict(target: Assignment, consumer_ids: Iterable[str]) -> Assignment:
+def restrict(target: Mapping[str, Mapping[int, str]], consumer_ids: Iterable[str]) -> Assignment:
     """The part of ``target`` whose threads belong to ``consumer_ids`` (thread ids are ``<consumerId>-<n>``)."""
     ids = set(consumer_ids)
     out: dict[str, dict[int, str]] = {}

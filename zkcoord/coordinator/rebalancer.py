@@ -49,17 +49,18 @@ from collections.abc import Callable, Mapping
 
 from zkcoord import paths
 from zkcoord.assignors import moved_partitions
+from zkcoord.coordinator.acks import Acks
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.plan import Moves, moves, plan
+from zkcoord.coordinator.plan import Moves, moves, plan, registry_vouched
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
 from zkcoord.faults import fault_point
 from zkcoord.journal import Journal
-from zkcoord.zk import WatchEvent, WatchKind, ZkClient
+from zkcoord.zk import WatchEvent, ZkClient
 from zkcoord.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
 
 log = logging.getLogger(__name__)
@@ -92,9 +93,6 @@ class Rebalancer:
         self.journal = journal
         self.schedule = schedule
         self.topics = topics
-        #: the one-shot watch set on every command written (its deletion is the acknowledgement): it must only
-        #: enqueue, and the worker then calls :meth:`on_ack`
-        self.ack_watch = ack_watch
         #: the one-shot watch set on a registration that cannot be decoded (the members watch: it only enqueues)
         self.member_watch = member_watch
         self.clock = clock
@@ -112,12 +110,21 @@ class Rebalancer:
         self.registries: dict[str, KnownRegistry] = {}
         #: the member registrations this term read last, by group (see KnownMembers: they save re-reading them)
         self.members: dict[str, KnownMembers] = {}
-        #: groups whose commands could not be watched (a connection loss): listed again on reconnecting
-        self.unwatched: set[str] = set()
         #: by group, the members whose channel znode this term knows to exist (listed when one is not known)
         self.channels: dict[str, set[str]] = {}
         self.metrics = Metrics()
         self._tokens = 0
+        self.acks = Acks(
+            zk,
+            journal,
+            self.active,
+            epoch=self.epoch,
+            watch=ack_watch,
+            clock=clock,
+            advance=self._advance,
+            retry=self._retry,
+            forget_channels=self._forget_channels,
+        )
 
     # --- entry points (worker thread) ------------------------------------------------------------------------------
 
@@ -204,7 +211,7 @@ class Rebalancer:
         """The group as read (by the caller, or now), its unreadable members watched; or the read's error."""
         try:
             if read is None:
-                read = read_group(self.zk, group, self.registries.get(group), self.members)
+                read = read_group(self.zk, group, self.registries.get(group), self.members, self.member_watch)
             if isinstance(read, ZkError):
                 return read
             return watch_unreadable(self.zk, read, self.member_watch, self.members)
@@ -214,7 +221,9 @@ class Rebalancer:
     def _incremental(self, attempt: Attempt) -> bool:
         """Whether ``attempt`` may move only what changes: every member asked for it, and what each fetches is
         known -- the group is STABLE (so no earlier attempt stopped anything it did not restart), this is not a
-        retry, and every owner znode could be read."""
+        retry, every owner znode could be read, and the registry agrees with the state's target over the live
+        members (:func:`~zkcoord.coordinator.plan.registry_vouched`: an owner znode deleted by hand does not make
+        its partition free)."""
         state = attempt.read.snapshot.state
         return (
             attempt.plan.incremental
@@ -222,70 +231,18 @@ class Rebalancer:
             and state.phase is GroupPhase.STABLE
             and attempt.number == 0
             and not attempt.read.unreadable_owners
+            and registry_vouched(attempt.read.snapshot)
             and not self.writer.fence.unsafe
         )
 
     def on_ack(self, event: WatchEvent) -> None:
-        """The watch on a command fired: deleted is acknowledged; anything else (a connection loss reset it) is
-        looked at again, with a new watch."""
-        parsed = paths.command_of(event.path)
-        if parsed is None:
-            return
-        group, consumer_id, name = parsed
-        attempt = self.active.get(group)
-        if attempt is None or consumer_id not in attempt.outstanding or attempt.uncertain:
-            return
-        if not name.startswith(attempt.prefix):
-            return  # a command of an earlier attempt
-        if event.kind is WatchKind.DELETED:
-            self._acked(attempt, consumer_id)
-        else:
-            self._watch_commands(attempt, [event.path])
+        """The watch on a command fired (:meth:`Acks.on_ack <zkcoord.coordinator.acks.Acks.on_ack>`)."""
+        self.acks.on_ack(event)
 
-    def _watch_commands(self, attempt: Attempt, commands: list[str]) -> None:
-        """Watch ``commands`` (paths) of ``attempt``; those already gone are acknowledged now."""
-        try:
-            reads = self.zk.get_many(commands, watch=self.ack_watch)
-        except ZkError as e:
-            # Not watched: looked at again after the reconnect (or the phase times out and is retried).
-            log.warning("group %s: cannot watch its commands: %s", attempt.group, e)
-            self.unwatched.add(attempt.group)
-            return
-        prefix = attempt.prefix
-        for path, got in zip(commands, reads, strict=True):
-            parsed = paths.command_of(path)
-            if got is not None or parsed is None or self.active.get(attempt.group) is not attempt:
-                continue
-            if attempt.prefix != prefix:
-                return  # the last acknowledgement advanced the attempt: the rest were of the step before
-            self._acked(attempt, parsed[1])
-
-    def _on_listing(self, attempt: Attempt, consumer_id: str, children: list[str]) -> None:
-        """A member's channel as listed: acknowledged if none of this step's commands is left, else watched."""
-        if consumer_id not in attempt.outstanding:
-            return
-        mine = [name for name in children if name.startswith(attempt.prefix)]
-        if mine:
-            self._watch_commands(attempt, [f"{paths.channel(attempt.group, consumer_id)}/{name}" for name in mine])
-        else:
-            self._acked(attempt, consumer_id)
-
-    def _acked(self, attempt: Attempt, consumer_id: str) -> None:
-        group = attempt.group
-        if consumer_id not in attempt.outstanding:
-            return
-        attempt.outstanding.discard(consumer_id)
-        self.journal.emit(
-            "command.acked",
-            group=group,
-            consumer=consumer_id,
-            generation=attempt.generation,
-            epoch=self.epoch,
-            option=attempt.option_for(consumer_id).value,
-            latency_ms=round((self.clock() - attempt.step_started) * 1000, 2),
-        )
-        if not attempt.outstanding:
-            self._advance(attempt)
+    @property
+    def unwatched(self) -> set[str]:
+        """Groups whose commands could not be watched (a connection loss): listed again on reconnecting."""
+        return self.acks.unwatched
 
     def on_members(self, group: str, children: list[str]) -> bool:
         """The group's ids changed: an attempt whose member vanished is aborted (True: request the next one)."""
@@ -313,17 +270,21 @@ class Rebalancer:
         """Resume every phase write whose outcome the connection loss left unknown, and look again at the commands
         that could not be watched."""
         # Taken first: a group that fails again while being looked at is added back, for the next reconnect.
-        todo, self.unwatched = self.unwatched, set()
+        todo, self.acks.unwatched = self.acks.unwatched, set()
         for attempt in list(self.active.values()):
             if attempt.uncertain:
                 self._resume(attempt)
             elif attempt.group in todo:
-                self._recheck_acks(attempt)
+                self.acks.recheck(attempt)
 
     def idle(self, group: str) -> bool:
         return group not in self.active
 
     # --- phases --------------------------------------------------------------------------------------------------
+
+    def _forget_channels(self, group: str) -> None:
+        """What this term knows of ``group``'s channels may be wrong (one was deleted by hand): list them again."""
+        self.channels.pop(group, None)
 
     def _know_channels(self, attempt: Attempt, members: frozenset[str], *, retry: bool = True) -> bool:
         """Make sure whether the channels of ``members`` exist is known (listing the group's channels when one is
@@ -392,7 +353,7 @@ class Rebalancer:
             # After an interrupted attempt, which may have been a hand-over: an old owner may have written its owner
             # znodes after this attempt read them (before acknowledging this attempt's stop, so not after now).
             try:
-                attempt.read = with_owners_read_again(self.zk, attempt.read, self.members)
+                attempt.read = with_owners_read_again(self.zk, attempt.read, self.members, self.member_watch)
             except ZkError as e:
                 self._retry(attempt, f"cannot read the owner znodes again: {e}")
                 return
@@ -417,6 +378,8 @@ class Rebalancer:
     def _write(self, attempt: Attempt, ops: list[Op], phase: GroupPhase, state_version: int, start: int = 0) -> None:
         attempt.ops = ops
         attempt.outstanding = set(attempt.recipients)
+        if not start:
+            attempt.written = {}
         attempt.step_started = self.clock()
         self._tokens += 1
         attempt.token = self._tokens
@@ -434,10 +397,14 @@ class Rebalancer:
             return
         self._sent(attempt, created)
 
-    def _sent(self, attempt: Attempt, created: list[str] | None = None) -> None:
-        """The step's commands are written (``created``: their paths, when known: not after a resume, which lists
-        the channels instead)."""
+    def _sent(self, attempt: Attempt, created: list[tuple[str, int]] | None = None) -> None:
+        """The step's commands are written (``created``: their paths and zxids, when known: not after a resume, which
+        lists the channels instead)."""
         attempt.uncertain = False
+        for path, zxid in created or []:
+            parsed = paths.command_of(path)
+            if parsed is not None:
+                attempt.written[parsed[1]] = zxid
         attempt.channels |= attempt.recipients
         revoke = attempt.moves.revoke if attempt.moves is not None else {}
         for cid in sorted(attempt.recipients):
@@ -459,7 +426,7 @@ class Rebalancer:
         if attempt.step is Step.HANDOVER and created:
             fault_point("coordinator.mid_handover", self.journal)  # written and journalled, nothing acknowledged
         if created:
-            self._watch_commands(attempt, created)
+            self.acks.watch_commands(attempt, [path for path, _ in created])
         elif not attempt.outstanding:  # a group with no members has nothing to wait for
             self._advance(attempt)
 
@@ -471,6 +438,8 @@ class Rebalancer:
         except (ZkError, CodecError) as e:
             self._retry(attempt, f"cannot read back the state after a connection loss: {e}")
             return
+        for cid in attempt.recipients:  # a bound for commands of batches that landed unseen (at most this late)
+            attempt.written.setdefault(cid, stat.mzxid)
         phase = GroupPhase.STOPPING if attempt.step is Step.STOPPING else GroupPhase.STARTING
         landed = state.sent if (state.generation, state.phase) == (attempt.generation, phase) else 0
         # Unfenced (the demo's contrast), a resumed coordinator writes over whatever the state holds now.
@@ -482,22 +451,7 @@ class Rebalancer:
             attempt.uncertain = False
             self._write(attempt, attempt.ops, phase, base_version, start=landed)
         if self.active.get(attempt.group) is attempt and not attempt.uncertain:
-            self._recheck_acks(attempt)
-
-    def _recheck_acks(self, attempt: Attempt) -> None:
-        """Acknowledgements seen while the outcome was unknown were not counted: list the channels again."""
-        members = sorted(attempt.outstanding)
-        try:
-            listings = self.zk.children_many([paths.channel(attempt.group, cid) for cid in members])
-        except ZkError as e:
-            log.warning("group %s: cannot list its channels: %s", attempt.group, e)
-            self.unwatched.add(attempt.group)  # listed again at the next reconnect (or the phase times out)
-            return
-        prefix = attempt.prefix
-        for cid, children in zip(members, listings, strict=True):
-            if self.active.get(attempt.group) is not attempt or attempt.prefix != prefix:
-                return  # ended, or advanced by the last acknowledgement: these listings are of the step before
-            self._on_listing(attempt, cid, children or [])
+            self.acks.recheck(attempt)
 
     def _advance(self, attempt: Attempt) -> None:
         if attempt.step is Step.STOPPING:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.plan import GroupSnapshot, Member
 from zkcoord.errors import CodecError, NoNodeError, ZkError
-from zkcoord.zk import Stat, ZkClient
+from zkcoord.zk import Stat, WatchEvent, ZkClient
 from zkcoord.znodes import GroupState, MemberRegistration, decode_owner
 
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
@@ -69,11 +69,13 @@ def listing(got: tuple[list[str], Stat]) -> Listing:
 class KnownMembers:
     """A group's member registrations as last read, at the ``ids`` listing with ``cversion``.
 
-    A registration never changes while its znode lives (a consumer that registers again makes a new znode, with a
-    new ``czxid``), so a later listing needs only the new names read -- provided no name was deleted and created
-    again in between, which the ``cversion`` tells: it counts every creation and deletion of a child, so when it
-    grew by exactly the number of names added and removed, nothing else happened.  It counts from 0 again when
-    ``ids`` itself is deleted and created again (by hand): the ``czxid`` of ``ids`` tells that.
+    A consumer that registers again makes a new znode (a new ``czxid``), so a later listing needs only the new names
+    read -- provided no name was deleted and created again in between, which the ``cversion`` tells: it counts every
+    creation and deletion of a child, so when it grew by exactly the number of names added and removed, nothing else
+    happened.  It counts from 0 again when ``ids`` itself is deleted and created again (by hand): the ``czxid`` of
+    ``ids`` tells that.  A registration's data can still change in place (someone ``set`` s it; its consumer writes
+    it back), which no listing shows: so only a registration read under a one-shot data watch is kept, and the
+    caller drops it (:func:`forget_member`) as soon as that watch fires -- what is kept is what is stored now.
     """
 
     cversion: int
@@ -83,23 +85,41 @@ class KnownMembers:
     parent: int = 0
 
 
+Watch = Callable[[WatchEvent], None]
+
+
+def forget_member(members: dict[str, KnownMembers], path: str) -> None:
+    """The data watch on the registration at ``path`` fired (changed, deleted, or reset by a connection loss): drop
+    it from the cache, so that the next read of its group reads it again (and watches it again)."""
+    group = paths.group_of_member(path)
+    known = members.get(group) if group is not None else None
+    if known is not None:
+        known.members.pop(path.rsplit("/", 1)[1], None)
+
+
 def read_group(
-    zk: ZkClient, group: str, known: KnownRegistry | None = None, members: dict[str, KnownMembers] | None = None
+    zk: ZkClient,
+    group: str,
+    known: KnownRegistry | None = None,
+    members: dict[str, KnownMembers] | None = None,
+    watch: Watch | None = None,
 ) -> ReadResult:
     """Read members, state and ownership registry of ``group``.  :raises ZkError: on I/O failure."""
     registries = {group: known} if known else None
-    result = read_groups(zk, [group], known_registries=registries, known_members=members)[group]
+    result = read_groups(zk, [group], known_registries=registries, known_members=members, watch=watch)[group]
     if isinstance(result, ZkError):
         raise result
     return result
 
 
-def with_owners_read_again(zk: ZkClient, read: ReadResult, members: dict[str, KnownMembers]) -> ReadResult:
+def with_owners_read_again(
+    zk: ZkClient, read: ReadResult, members: dict[str, KnownMembers], watch: Watch | None = None
+) -> ReadResult:
     """``read`` with its ownership registry read again from ZooKeeper (the rest as it was).
 
     :raises ZkError: on I/O failure.
     """
-    fresh = read_group(zk, read.snapshot.group, None, members)
+    fresh = read_group(zk, read.snapshot.group, None, members, watch)
     return dataclasses.replace(
         read,
         snapshot=dataclasses.replace(read.snapshot, owners=fresh.snapshot.owners),
@@ -115,6 +135,8 @@ def read_groups(
     member_ids: Mapping[str, Listing] | None = None,
     known_registries: Mapping[str, KnownRegistry] | None = None,
     known_members: dict[str, KnownMembers] | None = None,
+    *,
+    watch: Watch | None = None,
 ) -> dict[str, ReadResult | ZkError]:
     """Read many groups as :func:`read_group` does, pipelined *across* groups: four bursts in all, one per level of
     dependency (listings; registrations and states; owner topics; owners), whatever the number of groups, and the
@@ -125,7 +147,9 @@ def read_groups(
     ``known_registries``: registries this coordinator wrote (:class:`KnownRegistry`); a group whose state version
     still matches is not read beyond its members and state.
     ``known_members``: the caller's cache of registrations (:class:`KnownMembers`), used and updated in place: only
-    registrations not known at an unchanged incarnation are read.
+    registrations not known at an unchanged incarnation are read.  ``watch``: a one-shot data watch set on every
+    registration read (it must only enqueue; its owner then calls :func:`forget_member`); without it, the
+    registrations read are not added to the cache (nothing would say when they change).
 
     Returns a result per group.  A failed burst fails the groups it carried, each with the error (so a caller treats
     them exactly as a failed :func:`read_group`); the other groups are unaffected.  Never raises :class:`ZkError`.
@@ -155,7 +179,9 @@ def read_groups(
         ids = {g: sorted(listed[g][0]) for g in groups}
         fresh = {g: _to_read(ids[g], listed[g][1], listed[g][2], cache.get(g)) for g in groups}
         reads = zk.get_many(
-            [p for g in groups for p in (*(paths.member(g, c) for c in fresh[g]), paths.group_state(g))]
+            [p for g in groups for p in (*(paths.member(g, c) for c in fresh[g]), paths.group_state(g))],
+            watch=watch,
+            watched={paths.member(g, c) for g in groups for c in fresh[g]},
         )
         cached = _still_known(groups, fresh, reads, known_registries or {})
         topic_keys = [(g, t) for g in groups if g not in cached for t in sorted(topics[g] or [])]
@@ -194,7 +220,9 @@ def read_groups(
         )
         out[g] = dataclasses.replace(read, unreadable_owners=frozenset(unreadable[g])) if unreadable[g] else read
         if listed[g][1] >= 0:
-            cache[g] = KnownMembers(listed[g][1], frozenset(ids[g]), dict(read.snapshot.members), listed[g][2])
+            # Only what a data watch covers is kept (the rest is read again next time: see KnownMembers).
+            watched = read.snapshot.members if watch is not None else kept
+            cache[g] = KnownMembers(listed[g][1], frozenset(ids[g]), dict(watched), listed[g][2])
         at += n + 1
     _with_legacy_members(zk, out, legacy_ids)
     return out

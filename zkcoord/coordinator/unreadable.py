@@ -47,12 +47,12 @@ def watch_unreadable(
     got = zk.get_many([paths.member(group, cid) for cid in unreadable], watch=watch)
     for cid, now in zip(unreadable, got, strict=True):
         if now is None:
-            return read_group(zk, group, None, members)
+            return read_group(zk, group, None, members, watch)
         try:
             MemberRegistration.decode(now[0], paths.member(group, cid))
         except CodecError:
             continue
-        return read_group(zk, group, None, members)
+        return read_group(zk, group, None, members, watch)
     return read
 
 
