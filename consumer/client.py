@@ -141,7 +141,7 @@ class Consumer:
         )
         self.zk.watch_data(
             paths.channel(self.config.group, self.consumer_id),
-            lambda _d, stat: self._events.put(("channel-node", stat is not None)),
+            lambda _d, stat: self._events.put(("channel-node", None if stat is None else stat.czxid)),
         )
         return self
 

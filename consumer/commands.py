@@ -103,6 +103,8 @@ class CommandHandler:
         self._lost = False
         #: a hand-over's start-fetcher, applied but for the partitions it awaits, or not yet acknowledged
         self._pending: PendingStart | None = None
+        #: czxid of the channel whose children we watch (consumer.registration.check_channel), once reported
+        self.channel_czxid: int | None = None
 
     # --- the loop (consumer-cmd thread) ---------------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class CommandHandler:
             self._register_again()
         elif kind == "registration":
             check_registration(self)
-        elif kind == "channel-node" and isinstance(arg, bool):
+        elif kind == "channel-node" and (arg is None or isinstance(arg, int)):
             check_channel(self, arg)
 
     def _on_close(self, closing: Closing) -> None:

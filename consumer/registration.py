@@ -17,7 +17,7 @@ they changed:
   someone else) is the same case: the coordinator addresses its commands to that other registration, which we
   refuse -- so before refusing one we look at our registration, and stop and register again as above (replacing
   the other one) before the refusal deletes it;
-* a deleted channel is created again and watched again.
+* a deleted channel is created again, and a channel created again (by us or anyone) is watched again.
 
 Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
 """
@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from zkcoord import paths
-from zkcoord.errors import NoNodeError
+from zkcoord.errors import NoNodeError, ZkUnavailableError
 
 if TYPE_CHECKING:
     from consumer.commands import CommandHandler
@@ -75,23 +75,38 @@ def register_again(handler: CommandHandler, why: str) -> None:
     c.incarnation = None  # commands for the registration that ended are refused from now on
     handler.abandon_wait()
     handler.commits.stopped(c.fetcher.revoke(f"registration {why}"), lost=False)
+    # What a fenced commit left uncommitted may be consumed again by the next owner (at least once, as after a
+    # session loss): say so, as a session loss does.
+    c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
     handler.release_all(revoked)
     c.register()
     handler.wait_abandoned()
     _journal(handler, f"{why}: stopped, committed, registered again")
 
 
-def check_channel(handler: CommandHandler, exists: bool) -> None:
-    """Our channel's data watch fired: if the channel is gone, create it again and watch its children again.
+def check_channel(handler: CommandHandler, czxid: int | None) -> None:
+    """Our channel's data watch fired (``czxid``: the channel's, None if it is gone): a channel gone is created
+    again, and a channel that is not the one whose children we watch (created again, by us or by anyone) is watched
+    again -- a children watch ends for good with the channel it was set on.
 
     :raises ZkError: on I/O failure (the event is handled again shortly).
     """
     c = handler.c
-    if exists or handler.lost:
+    if handler.lost:
         return
-    c.zk.ensure_path(paths.channel(c.config.group, c.consumer_id))
-    c.watch_channel()
-    _journal(handler, "channel deleted: created again")
+    path = paths.channel(c.config.group, c.consumer_id)
+    if czxid is None:
+        c.zk.ensure_path(path)
+        stat = c.zk.exists(path)
+        if stat is None:
+            raise ZkUnavailableError("our channel vanished again as it was created", path)  # handled again shortly
+        czxid = stat.czxid
+        _journal(handler, "channel deleted: created again")
+    if handler.channel_czxid is None:
+        handler.channel_czxid = czxid  # the first report: the channel whose children start() watches
+    elif czxid != handler.channel_czxid:
+        handler.channel_czxid = czxid
+        c.watch_channel()
 
 
 def _journal(handler: CommandHandler, reason: str) -> None:
