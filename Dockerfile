@@ -3,7 +3,6 @@ FROM python:3.11-slim-bookworm
 WORKDIR /src
 COPY setup.cfg pyproject.toml README.md ./
 COPY zkcoord ./zkcoord
-COPY consumer ./consumer
 RUN pip install --no-cache-dir . && useradd --system --home /var/lib/zkcoord zkcoord \
     && mkdir -p /var/lib/zkcoord && chown zkcoord /var/lib/zkcoord
 USER zkcoord

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zkcoord.journal import read_journal
+from zkcoord.runtime.journal import read_journal
 
 TP = tuple[str, int]
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from zkcoord import paths
 from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, Pattern
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, Pattern
 
 
 @dataclass
@@ -150,7 +150,7 @@ class ScriptedConsumer:
 def write_command(zk: ZkClient, group: str, consumer_id: str, command: Command, name: str | None = None) -> str:
     """Write ``command`` into ``consumer_id``'s channel as a coordinator does, for tests that play the coordinator:
     in one transaction with the group's state, raised to the command's epoch and generation if below them (a consumer
-    applies only commands its group's state vouches for: :mod:`consumer.vouch`).  ``name``: the command's name
+    applies only commands its group's state vouches for: :mod:`zkcoord.consumer.vouch`).  ``name``: the command's name
     before its sequence number (default ``cmd-<epoch>-<generation>-``).  A start's ownership goes into the state's
     target, as the target of a coordinator's generation holds what its starts give.  Returns the command's path."""
     state_path = paths.group_state(group)
@@ -164,7 +164,7 @@ def write_command(zk: ZkClient, group: str, consumer_id: str, command: Command, 
         state = dataclasses.replace(
             old, epoch=max(old.epoch, command.epoch), generation=max(old.generation, command.generation)
         )
-    if command.ownership:  # the target a coordinator installs holds what its starts give (consumer.vouch)
+    if command.ownership:  # the target a coordinator installs holds what its starts give (zkcoord.consumer.vouch)
         target = {t: dict(parts) for t, parts in state.target.items()}
         for t, parts in command.ownership.items():
             target.setdefault(t, {}).update(parts)

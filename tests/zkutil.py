@@ -17,7 +17,7 @@ from kazoo.client import KazooClient, KazooState
 
 from zkcoord.errors import ZkServerError
 from zkcoord.zkserver import ZkServer, ZkServerConfig, close_all
-from zkcoord.zkserver_ensemble import ZkEnsemble
+from zkcoord.zkserver.ensemble import ZkEnsemble
 
 #: Test servers use a short tick (sessions expire in well under a second) and skip fsync (tests never survive a
 #: machine crash anyway, and fsync makes every write cost milliseconds).

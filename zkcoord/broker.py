@@ -13,9 +13,9 @@ State machine (:class:`BrokerState`)::
      |                  |                               |
      +--start() fails--> STOPPED <------stop()-----------+
 
-Stopping is bounded (:mod:`zkcoord.shutdown`): services first, then the registration is deleted within the
+Stopping is bounded (:mod:`zkcoord.runtime.shutdown`): services first, then the registration is deleted within the
 budget's ZooKeeper phase, then the session is closed without waiting past the budget; what could not be done is
-returned as a :class:`~zkcoord.shutdown.StopReport` and journalled as ``shutdown.incomplete``.
+returned as a :class:`~zkcoord.runtime.shutdown.StopReport` and journalled as ``shutdown.incomplete``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from zkcoord import paths
 from zkcoord.errors import (
     BrokerIdInUseError,
     ConfigurationError,
@@ -39,10 +38,18 @@ from zkcoord.errors import (
     ZkCoordError,
     ZkError,
 )
-from zkcoord.journal import Journal
-from zkcoord.shutdown import DEFAULT_BROKER_TIMEOUT_S, DEREGISTER, SESSION, StopBudget, StopReport, validate_timeout
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import BrokerRegistration
+from zkcoord.runtime.journal import Journal
+from zkcoord.runtime.shutdown import (
+    DEFAULT_BROKER_TIMEOUT_S,
+    DEREGISTER,
+    SESSION,
+    StopBudget,
+    StopReport,
+    validate_timeout,
+)
 from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
-from zkcoord.znodes import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

@@ -24,15 +24,11 @@ from pathlib import Path
 import pytest
 
 from tests.ledger import Ledger
-from zkcoord import paths
+from zkcoord.data.producer import ProduceConfig, Producer
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkCoordError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.producer import ProduceConfig, Producer
-from zkcoord.topics import TopicAdmin
-from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.zkserver import ZkServer
-from zkcoord.znodes import (
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import (
     BrokerRegistration,
     Command,
     CommandOption,
@@ -41,6 +37,10 @@ from zkcoord.znodes import (
     GroupState,
     TopicAssignment,
 )
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
+from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.zkserver import ZkServer
 
 pytestmark = pytest.mark.integration
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
-from zkcoord import paths
-from zkcoord.partlog.writer import PartitionWriter
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.partlog.writer import PartitionWriter
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from consumer.offsets import OffsetCommitFencedError, OffsetStore
-from consumer.records import TopicPartition
 from tests.integration.test_consumer_e2e import Run
 from tests.ledger import Ledger
-from zkcoord import paths
+from zkcoord.consumer.offsets import OffsetCommitFencedError, OffsetStore
+from zkcoord.consumer.records import TopicPartition
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkCoordError
-from zkcoord.journal import read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase, GroupState, MemberRegistration, decode_int, encode_owner
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState, MemberRegistration, decode_int, encode_owner
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

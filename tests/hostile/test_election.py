@@ -32,19 +32,19 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Consumer, ConsumerConfig, Subscription
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
-from zkcoord import paths
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
 from zkcoord.coordinator.seat import BLOCKED_RETRY_S
+from zkcoord.data.producer import ProduceConfig, Producer
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkCoordError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.producer import ProduceConfig, Producer
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase, GroupState, decode_int
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer
-from zkcoord.znodes import CoordinatorInfo, GroupPhase, GroupState, decode_int
 
 pytestmark = pytest.mark.integration
 

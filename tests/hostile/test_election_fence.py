@@ -25,15 +25,15 @@ import pytest
 
 from tests.hostile.test_election import TOPIC, Fleet, s1_violations, stale_refusals
 from tests.integration.test_coordinator import Cluster
-from zkcoord import paths
 from zkcoord.coordinator.election import Fence, try_elect
 from zkcoord.coordinator.seat import BLOCKED_RETRY_S, Seat
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import FencedError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, decode_int
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import Transaction, ZkClient, ZkConfig
-from zkcoord.znodes import CoordinatorInfo, decode_int
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ import pytest
 from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, uncommitted_tails
-from zkcoord import paths
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NotEmptyError, ZkCoordError
-from zkcoord.journal import read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import CommandOption, CoordinatorInfo, GroupPhase, GroupState, MemberRegistration
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CommandOption, CoordinatorInfo, GroupPhase, GroupState, MemberRegistration
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

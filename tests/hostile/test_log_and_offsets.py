@@ -17,13 +17,13 @@ import pytest
 
 from tests.integration.test_consumer_e2e import Run
 from tests.ledger import Ledger
-from zkcoord import paths
-from zkcoord.groups import GroupStatus, describe_group
-from zkcoord.journal import read_journal
-from zkcoord.partlog.layout import index_path, list_segments, log_path, partition_dir
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import encode_int
+from zkcoord.admin.groups import GroupStatus, describe_group
+from zkcoord.data.partlog.layout import index_path, list_segments, log_path, partition_dir
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import encode_int
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 
 pytestmark = [pytest.mark.integration]
 

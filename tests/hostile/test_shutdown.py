@@ -18,24 +18,24 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
-from consumer.client import PartitionsCallback
 from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
 from tests.zkutil import ZkFactory
-from zkcoord import paths
+from zkcoord.admin.groups import describe_group, list_groups
 from zkcoord.bench.rebalance.cluster import WorkerProcess, child_env, tail
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from zkcoord.consumer.client import PartitionsCallback
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkSessionExpiredError, ZkUnavailableError
-from zkcoord.groups import describe_group, list_groups
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE, Deadline
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE, Deadline
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer
-from zkcoord.znodes import CoordinatorInfo
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

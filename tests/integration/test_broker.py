@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from tests.zkutil import expire_session
-from zkcoord import errors, paths
+from zkcoord import errors
 from zkcoord.broker import Broker, BrokerConfig, BrokerState
-from zkcoord.journal import Journal, read_journal
-from zkcoord.procs import ChildProcess, wait_until
+from zkcoord.layout import paths
+from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
 from tests.integration.test_coordinator import Cluster
 from tests.scripted import write_command
 from tests.zkutil import expire_session
-from zkcoord import paths
-from zkcoord.journal import Journal, read_journal
-from zkcoord.partlog import PartitionWriter
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import Command, CommandOption, GroupPhase
+from zkcoord.consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
+from zkcoord.data.partlog import PartitionWriter
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, GroupPhase
+from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.ledger import Ledger
-from zkcoord import paths
-from zkcoord.procs import ChildProcess, run_command, wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.testbed.procs import ChildProcess, run_command, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import GroupPhase, GroupState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.scripted import ScriptedConsumer
-from zkcoord import paths
 from zkcoord.broker import Broker, BrokerConfig
 from zkcoord.coordinator import Coordinator, CoordinatorConfig, Role
 from zkcoord.coordinator.core import _Event
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkError, ZkUnavailableError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState, Pattern, decode_int
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ConnState, Transaction, ZkClient, ZkConfig
-from zkcoord.znodes import CommandOption, GroupPhase, GroupState, Pattern, decode_int
 
 pytestmark = pytest.mark.integration
 

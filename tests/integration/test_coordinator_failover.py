@@ -18,14 +18,14 @@ import pytest
 
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_swarm import TOPIC, Swarm
-from zkcoord import paths
 from zkcoord.coordinator.core import _Event
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkError
-from zkcoord.journal import JournalEvent, read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import GroupPhase
+from zkcoord.runtime.journal import JournalEvent, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchKind
-from zkcoord.znodes import GroupPhase
 
 pytestmark = pytest.mark.integration
 

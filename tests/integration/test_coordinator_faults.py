@@ -12,12 +12,12 @@ import pytest
 
 from tests.integration.test_coordinator import Cluster, all_owned, owners_registry
 from tests.scripted import ScriptedConsumer
-from zkcoord import paths
 from zkcoord.coordinator import Role
-from zkcoord.journal import read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import CommandOption, GroupPhase
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CommandOption, GroupPhase
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 
 pytestmark = pytest.mark.integration
 

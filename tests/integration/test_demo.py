@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
-from zkcoord.journal import read_journal
-from zkcoord.scenario.faults import FAULTS
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.scenario.faults import FAULTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
 

@@ -25,14 +25,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from zkcoord import paths
+from zkcoord.admin.groups import GroupNotFoundError, GroupStatus, PartitionView, describe_group, list_groups
 from zkcoord.cli.group_cmd import group
+from zkcoord.data.partlog import PartitionWriter
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import InvalidNameError
-from zkcoord.groups import GroupNotFoundError, GroupStatus, PartitionView, describe_group, list_groups
-from zkcoord.partlog import PartitionWriter
-from zkcoord.topics import TopicAdmin
-from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import (
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import (
     BrokerRegistration,
     GroupPhase,
     GroupState,
@@ -41,6 +40,7 @@ from zkcoord.znodes import (
     encode_int,
     encode_owner,
 )
+from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration
 

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
-from consumer.offsets import Claims
 from tests.integration.test_consumer import drain, produce
 from tests.scripted import write_command
 from tests.zkutil import expire_session
-from zkcoord import paths
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from zkcoord.consumer.offsets import Claims
 from zkcoord.errors import ZkUnavailableError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.procs import wait_until
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, decode_owner, encode_owner
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
-from zkcoord.znodes import Command, CommandOption, decode_owner, encode_owner
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import pytest
 
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.ledger import Ledger
-from zkcoord.journal import read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

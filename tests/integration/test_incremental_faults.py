@@ -17,20 +17,21 @@ from typing import Any
 
 import pytest
 
-from consumer import Consumer
-from consumer.records import TopicPartition
 from tests.integration.test_consumer import drain, make, produce
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_incremental import INCREMENTAL, started
 from tests.ledger import Ledger
 from tests.zkutil import TEST_CONFIG, ZkFactory
-from zkcoord import faults, paths
+from zkcoord.consumer import Consumer
+from zkcoord.consumer.records import TopicPartition
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkUnavailableError
-from zkcoord.journal import read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.znodes import CoordinatorInfo, GroupPhase
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase
+from zkcoord.runtime import faults
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -326,8 +327,8 @@ def _negotiated_timeout_ms(records: list[logging.LogRecord]) -> int:
 
 def test_the_lease_is_shorter_than_the_negotiated_session_timeout(zk_factory: ZkFactory, tmp_path: Path) -> None:
     """S6 (pre-existing): the consumer's lease is a fraction of the *requested* session timeout
-    (consumer/client.py), while lease.lease_duration says to use the one the server *negotiated*.  A server whose
-    maxSessionTimeout is below twice the requested value expires the session while the lease is still valid: a
+    (zkcoord/consumer/client.py), while lease.lease_duration says to use the one the server *negotiated*.  A server
+    whose maxSessionTimeout is below twice the requested value expires the session while the lease is still valid: a
     consumer paused for longer than the negotiated timeout wakes up with a valid lease and may fetch and hand out
     records of partitions the coordinator has already given away (the incremental path, with no stop at all)."""
     server = zk_factory.server(dataclasses.replace(TEST_CONFIG, max_session_timeout_ms=1_000))

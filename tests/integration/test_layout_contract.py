@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_consumer_e2e import Run
-from zkcoord import paths
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import encode_int
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient
-from zkcoord.znodes import encode_int
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """The legacy (``zk-client``) consumer against a real ZooKeeper: Kafka 0.8.2's paths, convergence, conflicts, churn.
 
-Every member here is a :class:`~consumer.legacy.LegacyConsumer` in this process; no coordinator runs.  A broker is
-faked by its ephemeral ``/brokers/ids/0`` (topics need one; the data plane is the partition log on disk).
+Every member here is a :class:`~zkcoord.consumer.legacy.LegacyConsumer` in this process; no coordinator runs.  A broker
+is faked by its ephemeral ``/brokers/ids/0`` (topics need one; the data plane is the partition log on disk).
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from consumer import ConsumerConfig, Subscription, TopicPartition
-from consumer.legacy import LEGACY_EVENTS, LegacyConfig, LegacyConsumer
 from tests.ledger import Ledger
 from tests.zkutil import ZkFactory, expire_session
-from zkcoord import journal as journal_module
-from zkcoord import legacy_paths, paths
-from zkcoord.assignors import Assignor, range_assign, roundrobin_assign
+from zkcoord.consumer import ConsumerConfig, Subscription, TopicPartition
+from zkcoord.consumer.legacy import LEGACY_EVENTS, LegacyConfig, LegacyConsumer
+from zkcoord.data.partlog import PartitionWriter
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ConfigurationError, NoNodeError
-from zkcoord.journal import Journal, JournalEvent, read_journal
-from zkcoord.partlog import PartitionWriter
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import legacy_paths, paths
+from zkcoord.layout.znodes import BrokerRegistration
+from zkcoord.protocol.assignors import Assignor, range_assign, roundrobin_assign
+from zkcoord.runtime import journal as journal_module
+from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ConnState, ZkClient, ZkConfig
-from zkcoord.znodes import BrokerRegistration
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ Record = tuple[str, int, int]
 
 @pytest.fixture(autouse=True)
 def _legacy_events(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The legacy event types, until they are added to ``zkcoord.journal.EVENTS``."""
+    """The legacy event types, until they are added to ``zkcoord.runtime.journal.EVENTS``."""
     for name, description in LEGACY_EVENTS.items():
         monkeypatch.setitem(journal_module.EVENTS, name, description)
 

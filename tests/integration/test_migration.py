@@ -17,20 +17,17 @@ from typing import Any
 
 import pytest
 
-from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from tests.scripted import write_command
 from tests.zkutil import expire_session
-from zkcoord import legacy_paths, paths
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkUnavailableError
-from zkcoord.journal import Journal, read_journal
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
-from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import (
+from zkcoord.layout import legacy_paths, paths
+from zkcoord.layout.znodes import (
     Command,
     CommandOption,
     GroupPhase,
@@ -40,6 +37,9 @@ from zkcoord.znodes import (
     encode_int,
     encode_owner,
 )
+from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
+from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

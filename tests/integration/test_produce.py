@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
-from zkcoord import paths
-from zkcoord.hashing import partition_for_key
-from zkcoord.journal import read_journal
-from zkcoord.partlog import PartitionReader
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.partlog import PartitionReader
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.protocol.hashing import partition_for_key
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration

@@ -10,17 +10,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from zkcoord import paths
 from zkcoord.coordinator.attempt import Step
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, try_elect
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.errors import ZkUnavailableError
-from zkcoord.journal import Journal
-from zkcoord.procs import wait_until
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.runtime.journal import Journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
-from zkcoord.znodes import MemberRegistration, Pattern
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, forget_member, read_group
-from zkcoord.procs import wait_until
+from zkcoord.layout import legacy_paths, paths
+from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
-from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
 
 pytestmark = pytest.mark.integration
 

@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from zkcoord import paths
 from zkcoord.broker import Broker, BrokerConfig
 from zkcoord.coordinator import Coordinator, CoordinatorConfig, Role
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError
-from zkcoord.journal import Journal, read_journal
-from zkcoord.procs import wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient, ZkConfig
-from zkcoord.znodes import GroupPhase, GroupState
 
 pytestmark = pytest.mark.integration
 

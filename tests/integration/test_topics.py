@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.cli import run_cli
-from zkcoord import errors, paths
-from zkcoord.topics import TopicAdmin
+from zkcoord import errors
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
 from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration

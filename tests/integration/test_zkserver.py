@@ -30,7 +30,7 @@ from zkcoord.zkserver import (
     terminate_process,
     wait_for_exit,
 )
-from zkcoord.zkserver_util import failure_reason
+from zkcoord.zkserver.util import failure_reason
 
 pytestmark = pytest.mark.integration
 

@@ -1,7 +1,7 @@
 """Crafted journals for the analysis tests: a clean run, and the same run with violations of known size.
 
 Each process writes ``<run>/journal/<role>.<pid>.jsonl`` with the core fields (v, ts, mono, seq, role, pid, ev), the
-way :class:`zkcoord.journal.Journal` does, but with explicit timestamps so every count below is exact.
+way :class:`zkcoord.runtime.journal.Journal` does, but with explicit timestamps so every count below is exact.
 """
 
 from __future__ import annotations

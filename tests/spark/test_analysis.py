@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from tests.spark.journals import DAMAGE, EXPECTED, clean_run, damaged_run, finish, violations_run
 from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
-from zkcoord.journal import ReadStats, read_journal
+from zkcoord.runtime.journal import ReadStats, read_journal
 
 pytestmark = pytest.mark.spark
 

@@ -1,6 +1,6 @@
-"""The Spark reader (``zkcoord.analysis.load.classify``) and the reference reader (``zkcoord.journal.read_journal``)
-skip the same lines for the same reason, line by line, wrong JSON types included; and a run with lines of the wrong
-type is not given a PASS it did not earn."""
+"""The Spark reader (``zkcoord.analysis.load.classify``) and the reference reader
+(``zkcoord.runtime.journal.read_journal``) skip the same lines for the same reason, line by line, wrong JSON types
+included; and a run with lines of the wrong type is not given a PASS it did not earn."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from tests.spark.journals import clean_run, finish
 from zkcoord.analysis.load import classify
 from zkcoord.cli.analyze_cmd import analyze
-from zkcoord.journal import ReadStats, read_journal
+from zkcoord.runtime.journal import ReadStats, read_journal
 
 pytestmark = pytest.mark.spark
 

@@ -1,4 +1,4 @@
-"""Which commands a consumer applies (consumer.vouch.Admission): ordered by (epoch, generation), per group and
+"""Which commands a consumer applies (zkcoord.consumer.vouch.Admission): ordered by (epoch, generation), per group and
 registration; pure."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.vouch import Admission, beyond_target, vouch
-from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState
+from zkcoord.consumer.vouch import Admission, beyond_target, vouch
+from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState
 
 
 def cmd(epoch: int, generation: int, group: str = "g", incarnation: int | None = None) -> Command:
@@ -54,7 +54,7 @@ def test_what_is_admitted_only_grows(commands: list[tuple[int, int]]) -> None:
         assert (a.epoch, a.generation) == applied[-1]
 
 
-# --- what the group's state vouches for (consumer.vouch.vouch) -------------------------------------------------------
+# --- what the group's state vouches for (zkcoord.consumer.vouch.vouch) ------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zkcoord import assignors
-from zkcoord.assignors import (
+from zkcoord.errors import ConfigurationError
+from zkcoord.protocol import assignors
+from zkcoord.protocol.assignors import (
     ASSIGNORS,
     Assignment,
     Assignor,
@@ -30,8 +31,7 @@ from zkcoord.assignors import (
     thread_id,
     threads_of,
 )
-from zkcoord.errors import ConfigurationError
-from zkcoord.hashing import java_string_hash
+from zkcoord.protocol.hashing import java_string_hash
 
 Subscriptions = dict[str, dict[str, int]]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_plan import TOPICS, inc, settled, snapshot
-from zkcoord import paths
 from zkcoord.coordinator.attempt import Attempt, Step, command_ops, ownership_ops
 from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import GroupSnapshot, Moves, moves, plan
 from zkcoord.coordinator.snapshot import ReadResult
-from zkcoord.znodes import Command, CommandOption, GroupPhase, GroupState
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState
 
 
 def joined() -> tuple[GroupSnapshot, Moves, Attempt]:

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.fetch_state import FetchCore, LogReader, PartitionFetch
-from consumer.fetcher import FetchManager
-from consumer.lease import Lease
-from consumer.records import ConsumerRecord, TopicPartition
 from tests.unit.test_consumer_lease import FakeClock
+from zkcoord.consumer.fetch_state import FetchCore, LogReader, PartitionFetch
+from zkcoord.consumer.fetcher import FetchManager
+from zkcoord.consumer.lease import Lease
+from zkcoord.consumer.records import ConsumerRecord, TopicPartition
+from zkcoord.data.partlog import PartitionReader, PartitionWriter, Record, WriterConfig, partition_dir
+from zkcoord.data.partlog.format import HEADER_SIZE
+from zkcoord.data.partlog.layout import PathLike, log_path
 from zkcoord.errors import ConfigurationError, CorruptLogError, OffsetOutOfRangeError
-from zkcoord.partlog import PartitionReader, PartitionWriter, Record, WriterConfig, partition_dir
-from zkcoord.partlog.format import HEADER_SIZE
-from zkcoord.partlog.layout import PathLike, log_path
 
 A, B, C, D = (TopicPartition("t", p) for p in range(4))
 WAIT = 10.0  # generous deadline for things that must happen; tests finish long before it when they pass

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer import Consumer, ConsumerConfig, Subscription
-from consumer.lease import Lease, lease_duration
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.consumer.lease import Lease, lease_duration
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from zkcoord.errors import ConfigurationError
-from zkcoord.journal import EVENTS, SCHEMA_VERSION, Journal, ReadStats, read_journal
+from zkcoord.runtime.journal import EVENTS, SCHEMA_VERSION, Journal, ReadStats, read_journal
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "journal.md"
 
@@ -56,4 +56,4 @@ def test_null_journal_records_nothing() -> None:
 
 def test_docs_list_every_event_type() -> None:
     documented = set(re.findall(r"^\| `([a-z]+\.[a-z_.]+)` \|", DOCS.read_text(), flags=re.MULTILINE))
-    assert documented == set(EVENTS), "docs/journal.md and zkcoord.journal.EVENTS disagree"
+    assert documented == set(EVENTS), "docs/journal.md and zkcoord.runtime.journal.EVENTS disagree"

@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zkcoord import paths
 from zkcoord.errors import ConfigurationError, InvalidNameError
-from zkcoord.names import validate_partition_count, validate_topic
+from zkcoord.layout import paths
+from zkcoord.layout.names import validate_partition_count, validate_topic
 from zkcoord.zk import ZkAddress, ZkConfig
-from zkcoord.zk_config import znode_path_problem
+from zkcoord.zk.config import znode_path_problem
 
 
 @pytest.mark.parametrize("name", ["orders", "a", "A.b_c-9", "x" * 249])

@@ -10,15 +10,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.config import ConsumerConfig, Subscription
-from consumer.fetcher import FetchManager, OutOfRange
-from consumer.records import ConsumerRecord, TopicPartition
 from tests.unit import test_consumer_fetcher as base
 from tests.unit.test_consumer_fetcher import WAIT, Events, append, by_partition, poll_until, value
+from zkcoord.consumer.config import ConsumerConfig, Subscription
+from zkcoord.consumer.fetcher import FetchManager, OutOfRange
+from zkcoord.consumer.records import ConsumerRecord, TopicPartition
+from zkcoord.data.partlog import PartitionWriter, WriterConfig, partition_dir
+from zkcoord.data.partlog.layout import index_path, list_segments, log_path
 from zkcoord.errors import CodecError, ConfigurationError, OffsetOutOfRangeError
-from zkcoord.offset_reset import BELOW_START, BEYOND_END, Decision, OffsetReset, ResetRecord, decide, out_of_range
-from zkcoord.partlog import PartitionWriter, WriterConfig, partition_dir
-from zkcoord.partlog.layout import index_path, list_segments, log_path
+from zkcoord.protocol.offset_reset import (
+    BELOW_START,
+    BEYOND_END,
+    Decision,
+    OffsetReset,
+    ResetRecord,
+    decide,
+    out_of_range,
+)
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 cid, managers = base.cid, base.managers  # the fetcher tests' fixtures

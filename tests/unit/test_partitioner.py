@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from zkcoord.data.topics import place_replicas
 from zkcoord.errors import ConfigurationError, NoBrokersError
-from zkcoord.hashing import java_string_hash, partition_for_key
-from zkcoord.topics import place_replicas
+from zkcoord.protocol.hashing import java_string_hash, partition_for_key
 
 
 @pytest.mark.parametrize(

@@ -13,15 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_partlog_format import legacy_sealed
-from zkcoord.errors import (
-    ConfigurationError,
-    CorruptLogError,
-    InvalidNameError,
-    LogError,
-    LogLockedError,
-    OffsetOutOfRangeError,
-)
-from zkcoord.partlog import (
+from zkcoord.data.partlog import (
     BatchItem,
     PartitionReader,
     PartitionWriter,
@@ -34,7 +26,7 @@ from zkcoord.partlog import (
     open_writer,
     partition_dir,
 )
-from zkcoord.partlog.format import (
+from zkcoord.data.partlog.format import (
     HEADER_SIZE,
     UNLIMITED,
     BatchFormatError,
@@ -44,8 +36,16 @@ from zkcoord.partlog.format import (
     parse_header,
     seal_batch,
 )
-from zkcoord.partlog.layout import index_path, list_segments, log_path
-from zkcoord.partlog.scan import FIRST_CHUNK, SegmentScanner, Stop
+from zkcoord.data.partlog.layout import index_path, list_segments, log_path
+from zkcoord.data.partlog.scan import FIRST_CHUNK, SegmentScanner, Stop
+from zkcoord.errors import (
+    ConfigurationError,
+    CorruptLogError,
+    InvalidNameError,
+    LogError,
+    LogLockedError,
+    OffsetOutOfRangeError,
+)
 
 #: Tiny segments and a dense index, so that a few records exercise rolls and index lookups.
 TINY = WriterConfig(segment_bytes=600, index_interval_bytes=100, fsync_on_roll=False)

@@ -10,8 +10,7 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from zkcoord.errors import CorruptLogError
-from zkcoord.partlog.format import (
+from zkcoord.data.partlog.format import (
     HEADER_SIZE,
     LEGACY_MAGIC,
     MAGIC,
@@ -26,6 +25,7 @@ from zkcoord.partlog.format import (
     seal_batch,
     serve_batches,
 )
+from zkcoord.errors import CorruptLogError
 
 keys = st.none() | st.binary(max_size=40)
 values = st.binary(max_size=200)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from zkcoord.partlog import PartitionReader, Record, open_reader, open_writer
+from zkcoord.data.partlog import PartitionReader, Record, open_reader, open_writer
 
 DEADLINE_S = 60.0
 
@@ -29,7 +29,7 @@ def value_of(i: int) -> bytes:
 CRASH_CHILD = inspect.getsource(value_of) + textwrap.dedent(
     """
     import hashlib, sys
-    from zkcoord.partlog import PartitionWriter, WriterConfig
+    from zkcoord.data.partlog import PartitionWriter, WriterConfig
 
     config = WriterConfig(segment_bytes=512 * 1024, index_interval_bytes=4096, fsync_on_roll=False)
     with PartitionWriter(sys.argv[1], "t", 0, config=config) as writer:
@@ -47,7 +47,7 @@ CRASH_CHILD = inspect.getsource(value_of) + textwrap.dedent(
 WRITER_CHILD = textwrap.dedent(
     """
     import sys
-    from zkcoord.partlog import PartitionWriter, WriterConfig
+    from zkcoord.data.partlog import PartitionWriter, WriterConfig
 
     name, count = sys.argv[2].encode(), int(sys.argv[3])
     config = WriterConfig(segment_bytes=16 * 1024, index_interval_bytes=512, fsync_on_roll=False)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from zkcoord.errors import CorruptLogError, LogError
-from zkcoord.partlog import (
+from zkcoord.data.partlog import (
     PartitionReader,
     PartitionWriter,
     Record,
@@ -21,8 +20,9 @@ from zkcoord.partlog import (
     open_reader,
     open_writer,
 )
-from zkcoord.partlog.format import encode_batch, seal_batch
-from zkcoord.partlog.layout import index_path, log_path, partition_dir
+from zkcoord.data.partlog.format import encode_batch, seal_batch
+from zkcoord.data.partlog.layout import index_path, log_path, partition_dir
+from zkcoord.errors import CorruptLogError, LogError
 
 CONFIG = WriterConfig(index_interval_bytes=64, fsync_on_roll=False)
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from zkcoord.data.partlog import PartitionReader, PartitionWriter, WriterConfig, open_reader, open_writer
+from zkcoord.data.partlog import highwater as hw
+from zkcoord.data.partlog.format import ATTR_AFTER_GAP, HEADER_SIZE, parse_header
+from zkcoord.data.partlog.layout import index_path, log_path, partition_dir
+from zkcoord.data.partlog.writer import LogRewound
 from zkcoord.errors import CorruptLogError
-from zkcoord.partlog import PartitionReader, PartitionWriter, WriterConfig, open_reader, open_writer
-from zkcoord.partlog import highwater as hw
-from zkcoord.partlog.format import ATTR_AFTER_GAP, HEADER_SIZE, parse_header
-from zkcoord.partlog.layout import index_path, log_path, partition_dir
-from zkcoord.partlog.writer import LogRewound
 
 CONFIG = WriterConfig(index_interval_bytes=64, fsync_on_roll=False)
 
@@ -136,7 +136,7 @@ def test_the_high_water_record_round_trips_and_refuses_damage() -> None:
 
 def test_an_older_reader_refuses_a_batch_after_a_gap_rather_than_misreading_it(tmp_path: Path) -> None:
     """Readers that do not know the gap attribute refuse it as an unknown attribute bit (the format's versioning)."""
-    from zkcoord.partlog import format as fmt
+    from zkcoord.data.partlog import format as fmt
 
     starts = fill(tmp_path, batches=2)
     os.truncate(log_path(partition_dir(tmp_path, "t", 0), 0), starts[-1])

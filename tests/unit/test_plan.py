@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held, unreadable_holders
 from zkcoord.errors import ConfigurationError
-from zkcoord.faults import parse
-from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.runtime.faults import parse
 
 TOPICS = {"orders": 2, "ordinals": 1, "clicks": 3}
 

@@ -1,4 +1,4 @@
-"""The stop budget and report (zkcoord/shutdown.py), and the configs that validate the timeout."""
+"""The stop budget and report (zkcoord/runtime/shutdown.py), and the configs that validate the timeout."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from consumer import ConsumerConfig, Subscription
-from consumer.commits import FinalCommit
 from tests.cli import run_cli
 from zkcoord.bench.rebalance.worker import parse_args as worker_args
 from zkcoord.broker import BrokerConfig
+from zkcoord.consumer import ConsumerConfig, Subscription
+from zkcoord.consumer.commits import FinalCommit
 from zkcoord.errors import ConfigurationError, ZkNotSentError, ZkSessionExpiredError, ZkUnavailableError
-from zkcoord.journal import Journal, read_journal
-from zkcoord.shutdown import (
+from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.runtime.shutdown import (
     COMMIT,
     COMMIT_UNKNOWN,
     DEFAULT_BROKER_TIMEOUT_S,
@@ -118,8 +118,8 @@ _WORKER = ["--protocol", "coordinator", "--zk", "127.0.0.1:1", "--data-dir", "d"
 #: A process whose stop finishes late in its budget, then whose exit hangs (a non-daemon thread that never ends).
 _HANGS_AFTER_FINISH = """
 import sys, threading, time
-from zkcoord.cli.stopping import SignalStop
-from zkcoord.shutdown import StopReport
+from zkcoord.runtime.stopping import SignalStop
+from zkcoord.runtime.shutdown import StopReport
 stop = SignalStop("hang", float(sys.argv[1]))
 stop.begin()
 time.sleep(float(sys.argv[2]))

@@ -28,7 +28,8 @@ from tests.unit.test_assignors import (
     check_validity,
     shuffled,
 )
-from zkcoord.assignors import (
+from zkcoord.errors import ConfigurationError
+from zkcoord.protocol.assignors import (
     ASSIGNORS,
     consumers_per_topic,
     get_assignor,
@@ -38,7 +39,6 @@ from zkcoord.assignors import (
     thread_id,
     threads_of,
 )
-from zkcoord.errors import ConfigurationError
 
 Previous = dict[str, dict[int, str]]
 #: ``(subscriptions, partitions, previous)``.

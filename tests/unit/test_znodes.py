@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.errors import CodecError
-from zkcoord.znodes import (
+from zkcoord.layout.znodes import (
     BrokerRegistration,
     Command,
     CommandOption,

@@ -1,7 +1,7 @@
 """Finding a run's journal and reading it into Spark, skipping and counting what cannot be used.
 
-The reader follows :func:`zkcoord.journal.read_journal`, the reference: a torn last line (a file that does not end
-with a newline), a line that is not a JSON object with every core field, and a line of a newer schema version are
+The reader follows :func:`zkcoord.runtime.journal.read_journal`, the reference: a torn last line (a file that does not
+end with a newline), a line that is not a JSON object with every core field, and a line of a newer schema version are
 skipped and counted, never guessed at.  Two more reasons are counted here: an ``ev`` this reader does not know
 (``unknown_event``: a newer writer's event type, ignored) and a range event (``produce.batch``, ``records.consumed``)
 without its topic, partition or a valid ``first..last`` (``incomplete``).
@@ -164,7 +164,7 @@ def classify(lines: DataFrame) -> DataFrame:
 
 def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Column:
     """Whether a field is present (not null) with a JSON type other than ``kind`` (:data:`FIELD_KINDS`); the same
-    rules as :func:`zkcoord.journal.mistyped_fields`.
+    rules as :func:`zkcoord.runtime.journal.mistyped_fields`.
 
     ``typed`` is the field as from_json read it: null for a value of another type (a string, a boolean, a fraction
     or an integer beyond 64 bits where an integer is expected), and for strings the text of any value.  ``value`` is

@@ -1,8 +1,8 @@
 """The journal's line format as Spark types (docs/journal.md, schema version 1).
 
-One explicit schema for every event type, built from :data:`zkcoord.journal.FIELD_KINDS`: a field that one type writes
-as a number and another as a list (``members`` of ``rebalance.started`` is a list, of ``rebalance.completed`` a count)
-is ``text``, read as a string, which Spark's JSON parser fills with the raw JSON text of any value.  Fields this
+One explicit schema for every event type, built from :data:`zkcoord.runtime.journal.FIELD_KINDS`: a field that one type
+writes as a number and another as a list (``members`` of ``rebalance.started`` is a list, of ``rebalance.completed`` a
+count) is ``text``, read as a string, which Spark's JSON parser fills with the raw JSON text of any value.  Fields this
 pipeline does not use are not parsed at all.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 
-from zkcoord.journal import EVENTS, FIELD_KINDS, SCHEMA_VERSION
+from zkcoord.runtime.journal import EVENTS, FIELD_KINDS, SCHEMA_VERSION
 
 #: The newest schema version this reader understands; lines with a larger ``v`` are skipped and counted.
 MAX_VERSION = SCHEMA_VERSION
 
-#: Every event type of the catalogue (zkcoord.journal.EVENTS); other ``ev`` values are counted and ignored.
+#: Every event type of the catalogue (zkcoord.runtime.journal.EVENTS); other ``ev`` values are counted and ignored.
 KNOWN_EVENTS: tuple[str, ...] = tuple(sorted(EVENTS))
 
 CORE_FIELDS: tuple[str, ...] = ("v", "ts", "mono", "seq", "role", "pid", "ev")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zkcoord.analysis.errors import SparkJobError, SparkUnavailableError
 from zkcoord.errors import ZkServerError
-from zkcoord.zkserver_util import find_java
+from zkcoord.zkserver.util import find_java
 
 try:
     from pyspark.errors import PySparkException

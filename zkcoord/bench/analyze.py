@@ -11,7 +11,7 @@ coordinator's write, a stale command applied).  Then it times
 * ``spark``: :func:`zkcoord.analysis.run_analysis` of both runs together (tables, verdict; no report), in local
   mode, with the JVM started and warmed up by one small analysis (both timed apart, not counted);
 * ``python``: the same verdict counts computed by one Python process over the same files with the reference
-  reader :func:`zkcoord.journal.read_journal` (:func:`python_verdict`), run by run.
+  reader :func:`zkcoord.runtime.journal.read_journal` (:func:`python_verdict`), run by run.
 
 Both must agree on every count, and on the violations injected; the table goes to stdout, the rows to JSON.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.bench.common import BenchError, envelope, write_document
-from zkcoord.journal import read_journal
+from zkcoord.runtime.journal import read_journal
 
 PARTITIONS = 16
 CONSUMERS = 4

@@ -39,9 +39,9 @@ from typing import Any
 from crc32c import crc32c
 
 from zkcoord.bench.common import BenchError, envelope, write_document
-from zkcoord.partlog import PartitionReader, PartitionWriter, WriterConfig
-from zkcoord.partlog.format import encode_batch
-from zkcoord.partlog.layout import list_segments, log_path, partition_dir
+from zkcoord.data.partlog import PartitionReader, PartitionWriter, WriterConfig
+from zkcoord.data.partlog.format import encode_batch
+from zkcoord.data.partlog.layout import list_segments, log_path, partition_dir
 
 BATCH = 100
 READ_CHUNK = 1024 * 1024

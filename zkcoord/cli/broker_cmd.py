@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from zkcoord.assignors import ASSIGNORS
 from zkcoord.broker import Broker, BrokerConfig, BrokerService
 from zkcoord.cli.common import journal_option, open_journal, zk_config, zk_options
-from zkcoord.cli.stopping import SignalStop, shutdown_timeout_option
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
-from zkcoord.shutdown import DEFAULT_BROKER_TIMEOUT_S
+from zkcoord.protocol.assignors import ASSIGNORS
+from zkcoord.runtime.shutdown import DEFAULT_BROKER_TIMEOUT_S
+from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 
 
 @click.command()

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import click
 
-from zkcoord import settings
 from zkcoord.errors import ZkCoordError
-from zkcoord.journal import Journal, process_started
+from zkcoord.runtime import settings
+from zkcoord.runtime.journal import Journal, process_started
 from zkcoord.zk import ZkConfig
 
 F = TypeVar("F", bound=Callable[..., Any])

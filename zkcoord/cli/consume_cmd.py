@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from consumer import Consumer, ConsumerConfig, Subscription
-from consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.cli.common import data_dir_option, journal_option, open_journal, resolve_data_dir
-from zkcoord.cli.stopping import SignalStop, shutdown_timeout_option
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.errors import ConfigurationError
-from zkcoord.offset_reset import check_policy
-from zkcoord.settings import DEFAULT_ZK, default_zk
-from zkcoord.shutdown import DEFAULT_CONSUMER_TIMEOUT_S
+from zkcoord.protocol.offset_reset import check_policy
+from zkcoord.runtime.settings import DEFAULT_ZK, default_zk
+from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S
+from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 
 
 def _subscription(topics: tuple[str, ...], whitelist: str | None, blacklist: str | None, threads: int) -> Subscription:

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from zkcoord.cli.common import echo_json
-from zkcoord.scenario.cluster import Workload
-from zkcoord.scenario.faults import FAULTS, STEPS
-from zkcoord.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
+from zkcoord.testbed.scenario.cluster import Workload
+from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
 
 
 def _list() -> None:

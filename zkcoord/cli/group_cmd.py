@@ -16,12 +16,12 @@ from pathlib import Path
 
 import click
 
+from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, PartitionView, consumer_of, describe_group
+from zkcoord.admin.groups import list_groups as read_groups
 from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
-from zkcoord.groups import GroupDescription, GroupStatus, MemberView, PartitionView, consumer_of, describe_group
-from zkcoord.groups import list_groups as read_groups
-from zkcoord.names import validate_group
+from zkcoord.layout.names import validate_group
+from zkcoord.layout.znodes import Pattern
 from zkcoord.zk import ZkClient
-from zkcoord.znodes import Pattern
 
 
 @click.group(cls=ZkCoordGroup)

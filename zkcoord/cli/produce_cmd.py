@@ -18,10 +18,10 @@ from zkcoord.cli.common import (
     zk_config,
     zk_options,
 )
+from zkcoord.data.partlog import PartitionReader
+from zkcoord.data.producer import ProduceConfig, Producer, ProduceStats
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ConfigurationError
-from zkcoord.partlog import PartitionReader
-from zkcoord.producer import ProduceConfig, Producer, ProduceStats
-from zkcoord.topics import TopicAdmin
 from zkcoord.zk import ZkClient
 
 

@@ -16,9 +16,9 @@ from zkcoord.cli.common import (
     zk_config,
     zk_options,
 )
+from zkcoord.data.partlog import log_offsets
+from zkcoord.data.topics import TopicAdmin, TopicInfo
 from zkcoord.errors import TopicExistsError, ZkCoordError
-from zkcoord.partlog import log_offsets
-from zkcoord.topics import TopicAdmin, TopicInfo
 from zkcoord.zk import ZkClient
 
 

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import click
 
 from zkcoord.errors import ZkCoordError
-from zkcoord.settings import DEFAULT_ZK_PORT, zkcoord_home
+from zkcoord.runtime.settings import DEFAULT_ZK_PORT, zkcoord_home
 from zkcoord.zkserver import (
     ZkServer,
     ZkServerConfig,

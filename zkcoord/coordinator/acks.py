@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from zkcoord import paths
 from zkcoord.coordinator.attempt import Attempt
 from zkcoord.errors import ZkError
-from zkcoord.journal import Journal
+from zkcoord.layout import paths
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, WatchKind, ZkClient
 
 log = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from zkcoord import paths
-from zkcoord.assignors import Assignment, shares
 from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import Moves, Plan
 from zkcoord.coordinator.snapshot import ReadResult
-from zkcoord.znodes import Command, CommandOption, encode_owner
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, encode_owner
+from zkcoord.protocol.assignors import Assignment, shares
 
 
 class Begun(Enum):

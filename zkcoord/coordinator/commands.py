@@ -24,7 +24,6 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from zkcoord import paths
 from zkcoord.coordinator.election import Fence
 from zkcoord.errors import (
     BadVersionError,
@@ -35,8 +34,9 @@ from zkcoord.errors import (
     ZkSessionExpiredError,
     ZkUnavailableError,
 )
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState
 from zkcoord.zk import Transaction
-from zkcoord.znodes import CommandOption, GroupPhase, GroupState
 
 log = logging.getLogger(__name__)
 

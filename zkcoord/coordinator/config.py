@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from zkcoord.assignors import ASSIGNORS
 from zkcoord.errors import ConfigurationError
+from zkcoord.protocol.assignors import ASSIGNORS
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.attempt import Begun
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -47,12 +46,13 @@ from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.snapshot import Listing, forget_member, listing, read_groups
+from zkcoord.data.topics import follow_partition_count
 from zkcoord.errors import FencedError, ZkCoordError, ZkError
-from zkcoord.faults import fault_point
-from zkcoord.journal import Journal
-from zkcoord.topics import follow_partition_count
+from zkcoord.layout import legacy_paths, paths
+from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.runtime.faults import fault_point
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
-from zkcoord.znodes import MemberRegistration, Pattern
 
 log = logging.getLogger(__name__)
 

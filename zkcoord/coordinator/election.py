@@ -32,7 +32,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from zkcoord import paths
 from zkcoord.errors import (
     BadVersionError,
     CodecError,
@@ -42,9 +41,10 @@ from zkcoord.errors import (
     NoNodeError,
     ZkUnavailableError,
 )
-from zkcoord.journal import Journal
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, GroupState, decode_int, encode_int
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Transaction, ZkClient
-from zkcoord.znodes import CoordinatorInfo, GroupState, decode_int, encode_int
 
 log = logging.getLogger(__name__)
 

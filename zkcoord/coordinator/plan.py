@@ -10,9 +10,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from zkcoord.assignors import Assignment, get_assignor, range_assign, sticky_assign
 from zkcoord.errors import ConfigurationError
-from zkcoord.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, sticky_assign
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,8 +47,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from zkcoord import paths
-from zkcoord.assignors import moved_partitions
 from zkcoord.coordinator.acks import Acks
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
@@ -58,10 +56,12 @@ from zkcoord.coordinator.plan import Moves, moves, plan, registry_vouched
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
-from zkcoord.faults import fault_point
-from zkcoord.journal import Journal
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
+from zkcoord.protocol.assignors import moved_partitions
+from zkcoord.runtime.faults import fault_point
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient
-from zkcoord.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
 
 log = logging.getLogger(__name__)
 

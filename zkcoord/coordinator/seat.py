@@ -36,13 +36,13 @@ import logging
 from collections.abc import Callable
 from enum import Enum
 
-from zkcoord import paths
 from zkcoord.coordinator.election import MAX_EPOCH, Term, ensure_epoch_znode, try_elect
 from zkcoord.errors import BadVersionError, CodecError, EpochExhaustedError, NoNodeError, NotEmptyError, ZkError
-from zkcoord.journal import Journal
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Stat, WatchEvent, ZkClient
-from zkcoord.zk_types import OneShot
-from zkcoord.znodes import CoordinatorInfo
+from zkcoord.zk.types import OneShot
 
 log = logging.getLogger(__name__)
 

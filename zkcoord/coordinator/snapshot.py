@@ -18,11 +18,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from zkcoord import legacy_paths, paths
 from zkcoord.coordinator.plan import GroupSnapshot, Member
 from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.layout import legacy_paths, paths
+from zkcoord.layout.znodes import GroupState, MemberRegistration, decode_owner
 from zkcoord.zk import Stat, WatchEvent, ZkClient
-from zkcoord.znodes import GroupState, MemberRegistration, decode_owner
 
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
 

@@ -5,8 +5,8 @@ cannot be decoded still belongs to a live session (the ephemeral exists), whose 
 registry or the state says it holds partitions, it is a member of the rebalance
 (:attr:`~zkcoord.coordinator.plan.GroupSnapshot.unreadable`), stopped like any other before anything it holds moves;
 it is given nothing while what it subscribes to is unknown.  Its consumer repairs its own
-registration (``consumer.client``); the coordinator watches such a registration (a one-shot data watch, only on the
-unreadable ones) so that a repair is seen at once and the member gets its share.
+registration (``zkcoord.consumer.client``); the coordinator watches such a registration (a one-shot data watch, only on
+the unreadable ones) so that a repair is seen at once and the member gets its share.
 
 Runs on the coordinator's worker thread.
 """
@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from zkcoord import paths
 from zkcoord.coordinator.plan import Plan, unreadable_holders
 from zkcoord.coordinator.snapshot import KnownMembers, ReadResult, read_group
 from zkcoord.errors import CodecError
-from zkcoord.journal import Journal
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import MemberRegistration
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient
-from zkcoord.znodes import MemberRegistration
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 from zkcoord.broker import Broker, BrokerConfig
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
-from zkcoord.journal import Journal
-from zkcoord.partlog import PartitionWriter, WriterConfig
-from zkcoord.partlog.layout import list_segments, log_path, partition_dir
-from zkcoord.topics import TopicAdmin
+from zkcoord.data.partlog import PartitionWriter, WriterConfig
+from zkcoord.data.partlog.layout import list_segments, log_path, partition_dir
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig
 

@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
-from zkcoord import paths
 from zkcoord.bench.consumer.common import (
     REBALANCE_MAX_POLL,
     REBALANCE_PARTITIONS,
@@ -21,9 +19,11 @@ from zkcoord.bench.consumer.common import (
     percentile,
     summary,
 )
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from zkcoord.errors import ZkCoordError, ZkError
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import GroupPhase, GroupState
 from zkcoord.zk import ZkClient
-from zkcoord.znodes import GroupPhase, GroupState
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription, TopicPartition
-from consumer.fetcher import FetchManager
 from zkcoord.bench.consumer.common import (
     MAX_POLLS,
     READ_CHUNK,
@@ -23,7 +21,9 @@ from zkcoord.bench.consumer.common import (
     fill,
     log_bytes,
 )
-from zkcoord.partlog import PartitionReader
+from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription, TopicPartition
+from zkcoord.consumer.fetcher import FetchManager
+from zkcoord.data.partlog import PartitionReader
 
 # --- throughput -------------------------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from zkcoord.bench.common import BenchError
-from zkcoord.shutdown import KILL_GRACE_S
+from zkcoord.runtime.shutdown import KILL_GRACE_S
 
 
 def tail(path: Path, lines: int = 3) -> str:

@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zkcoord import __version__, paths
+from zkcoord import __version__
 from zkcoord.bench.common import BenchError, default_out
 from zkcoord.bench.rebalance.cluster import CpuMeter, WorkerProcess, child_env, stop_all
 from zkcoord.bench.rebalance.config import BenchConfig
@@ -58,13 +58,14 @@ from zkcoord.bench.rebalance.measures import (
 )
 from zkcoord.bench.rebalance.timeline import COORDINATED, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
 from zkcoord.bench.rebalance.zkfloor import Floor, measure_floor, mntr_address, read_counters
+from zkcoord.data.partlog import PartitionWriter, WriterConfig
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkCoordError
-from zkcoord.partlog import PartitionWriter, WriterConfig
-from zkcoord.procs import ChildProcess, wait_until
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig, mntr
-from zkcoord.znodes import CoordinatorInfo
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = default_out("rebalance")

@@ -7,7 +7,7 @@ progress, and says when the group is *settled*:
 
 * ``coordinator`` and ``zk-client``: every partition is fetched by exactly one thread, the one Kafka's range assignor
   gives it over the group's current members (the assignment both protocols compute,
-  ``zkcoord.assignors.range_assign``);
+  ``zkcoord.protocol.assignors.range_assign``);
 * ``coordinator``: the newest rebalance the coordinator started has exactly the current members, no request is
   pending, and every member applied that generation's start-fetcher;
 * ``incremental`` (the coordinator with every member registered ``rebalance="incremental"``: its sticky assignor
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from zkcoord.assignors import range_assign
+from zkcoord.protocol.assignors import range_assign
 
 COORDINATOR = "coordinator"
 INCREMENTAL = "incremental"

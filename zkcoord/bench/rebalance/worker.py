@@ -5,7 +5,7 @@
         [--max-poll-records 50] [--shutdown-timeout 8]
 
 The consumers are the real ones (:class:`consumer.Consumer`, created with ``rebalance="incremental"`` for the
-``incremental`` protocol, or :class:`consumer.legacy.LegacyConsumer`), sharing one journal,
+``incremental`` protocol, or :class:`zkcoord.consumer.legacy.LegacyConsumer`), sharing one journal,
 ``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch buffer with one
 read and then idles, so that the consumers of one process spend the CPU they get on the control plane, not on a
 fetch loop (what ``zkcoord/bench/consumer`` found necessary, there for one process).
@@ -22,11 +22,11 @@ and reads one JSON reply line per command on its standard output (logging goes t
 closes one (it deregisters).  A failure is answered ``{"ok": false, "error": "..."}`` and the worker carries on.
 
 End of input, ``quit``, SIGTERM and SIGINT stop the worker as ``zkcoord consume`` stops (docs/consumer.md,
-"Stopping"; :class:`zkcoord.cli.stopping.SignalStop`): every consumer is closed, in parallel, within one budget of
+"Stopping"; :class:`zkcoord.runtime.stopping.SignalStop`): every consumer is closed, in parallel, within one budget of
 ``--shutdown-timeout`` seconds whatever ZooKeeper does; each consumer journals ``shutdown.incomplete`` for what it
 skipped.  Exit 0 when every close was complete, 3 when one was not (one ``Warning:`` line says what), ``128 +
 signal`` on a second signal (at once).  The timeout is refused unless the stop ends (watchdog margin included) before
-the driver's SIGKILL (:data:`zkcoord.shutdown.KILL_GRACE_S` after its SIGTERM).
+the driver's SIGKILL (:data:`zkcoord.runtime.shutdown.KILL_GRACE_S` after its SIGTERM).
 """
 
 from __future__ import annotations
@@ -41,12 +41,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
-from consumer import Consumer, ConsumerConfig, Subscription
-from consumer.legacy import LegacyConfig, LegacyConsumer
-from zkcoord.cli.stopping import SignalStop
+from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.errors import ZkCoordError
-from zkcoord.journal import Journal, process_started
-from zkcoord.shutdown import (
+from zkcoord.runtime.journal import Journal, process_started
+from zkcoord.runtime.shutdown import (
     DEFAULT_CONSUMER_TIMEOUT_S,
     KILL_GRACE_S,
     MIN_TIMEOUT_S,
@@ -55,6 +54,7 @@ from zkcoord.shutdown import (
     StopReport,
     hard_bound,
 )
+from zkcoord.runtime.stopping import SignalStop
 
 log = logging.getLogger("zkcoord.bench.rebalance.worker")
 

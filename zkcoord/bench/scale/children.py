@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from zkcoord.bench.scale.params import GROUP_PREFIX, TOPIC, Params
-from zkcoord.procs import ProcessError
+from zkcoord.testbed.procs import ProcessError
 
 
 class SwarmProcess:

@@ -6,7 +6,7 @@
 
 Everything is real and started here: one ZooKeeper (:class:`~zkcoord.zkserver.ZkServer`, ``forceSync`` on unless
 ``--zk-no-fsync``), two brokers as processes (``python -m zkcoord broker``, each hosting a coordinator, journals in the
-run directory), one topic of ``--partitions`` partitions (:class:`~zkcoord.topics.TopicAdmin`), and ``--processes``
+run directory), one topic of ``--partitions`` partitions (:class:`~zkcoord.data.topics.TopicAdmin`), and ``--processes``
 swarm processes (:mod:`zkcoord.bench.scale.swarm`) sharing the groups and consumers (``consumers / groups`` per group,
 static subscription, 1 thread each; one session per consumer).
 
@@ -51,7 +51,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from zkcoord import paths
 from zkcoord.bench.scale.children import Profiler, SwarmProcess
 from zkcoord.bench.scale.observe import (
     JournalTail,
@@ -66,12 +65,13 @@ from zkcoord.bench.scale.params import GOAL_S, PROFILE_RATE, STARTUP, TOPIC, Par
 from zkcoord.bench.scale.probe import examine_one_at_a_time, examine_pipelined, per_request_us, round_trip_ms
 from zkcoord.bench.scale.profile import report
 from zkcoord.bench.scale.report import save, table
+from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkError
-from zkcoord.procs import ChildProcess, ProcessError
-from zkcoord.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase
+from zkcoord.testbed.procs import ChildProcess, ProcessError
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig
-from zkcoord.znodes import CoordinatorInfo, GroupPhase
 
 __all__ = ["Params", "Result", "ScaleRun", "bench_scale"]
 

@@ -32,7 +32,6 @@ from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Create, Delete, Exists, GetChildren, GetData
 from kazoo.security import OPEN_ACL_UNSAFE
 
-from zkcoord import paths
 from zkcoord.bench.scale.wire import (
     CHILD_EVENT,
     DELETED_EVENT,
@@ -43,7 +42,8 @@ from zkcoord.bench.scale.wire import (
     SessionExpired,
 )
 from zkcoord.errors import CodecError
-from zkcoord.znodes import Command, CommandOption, MemberRegistration, Pattern
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import Command, CommandOption, MemberRegistration, Pattern
 
 if TYPE_CHECKING:
     from zkcoord.bench.scale.swarm import Swarm

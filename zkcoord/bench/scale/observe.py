@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from zkcoord import paths
 from zkcoord.bench.scale.params import WORK_EVENTS, say
 from zkcoord.errors import CodecError
-from zkcoord.procs import ProcessError
+from zkcoord.layout import paths
+from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.testbed.procs import ProcessError
 from zkcoord.zk import ZkClient
-from zkcoord.znodes import GroupPhase, GroupState
 
 
 class JournalTail:

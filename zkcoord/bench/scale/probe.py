@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from kazoo.protocol.serialization import GetData
 
-from zkcoord import paths
 from zkcoord.bench.scale.wire import NO_PASSWORD, Connection
 from zkcoord.coordinator.plan import plan
 from zkcoord.coordinator.snapshot import read_group, read_groups
 from zkcoord.errors import ZkError
+from zkcoord.layout import paths
 from zkcoord.zk import ZkClient
 
 

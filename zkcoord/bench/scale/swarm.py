@@ -40,7 +40,7 @@ from typing import Any
 
 from zkcoord.bench.scale.member import Member
 from zkcoord.errors import ZkCoordError
-from zkcoord.names import validate_group, validate_topic
+from zkcoord.layout.names import validate_group, validate_topic
 from zkcoord.zk import ZkAddress
 
 log = logging.getLogger("swarm")

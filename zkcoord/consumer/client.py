@@ -1,0 +1,462 @@
+"""The consumer: registers in its group, obeys the coordinator's command channel, fetches, and hands out records.
+
+Usage::
+
+    config = ConsumerConfig(group="billing", subscription=Subscription.static({"orders": 2}),
+                            zk="127.0.0.1:2181", data_dir=Path("~/.zkcoord/data").expanduser())
+    with Consumer(config) as consumer:
+        while running:
+            for record in consumer.poll(1.0):
+                handle(record)
+
+Threads (nothing starts before :meth:`Consumer.start`):
+
+* the application's thread calls :meth:`poll`, :meth:`commit`, :meth:`close`;
+* ``consumer-cmd``: applies channel commands and session changes strictly in order (:mod:`zkcoord.consumer.commands`);
+* ``consumer-hb``: one ZooKeeper round trip per heartbeat interval; each acknowledged one renews the lease (S6);
+* fetcher threads (:class:`zkcoord.consumer.fetcher.FetchManager`);
+* kazoo's threads, whose callbacks only enqueue.
+
+Stopping (:meth:`Consumer.close`) is bounded by ``config.shutdown_timeout_s`` whatever ZooKeeper does
+(:mod:`zkcoord.runtime.shutdown`): fetching stops first, then the final commit, the release and the deregistration are
+tried within the budget, then the session is closed without waiting past it.
+
+S6: records are handed out only while the lease is valid; the lease is renewed by acknowledged round trips,
+measured from when each was *sent*, and lasts half the session timeout, so a paused or cut-off consumer stops
+handing out records before the server can have expired its session and let the coordinator reassign its partitions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from zkcoord.consumer import shared
+from zkcoord.consumer.commands import CommandHandler, Rebalance
+from zkcoord.consumer.commits import Closing, FinalCommit
+from zkcoord.consumer.config import ConsumerConfig, new_consumer_id
+from zkcoord.consumer.fetcher import FetchManager
+from zkcoord.consumer.lease import Lease, lease_duration
+from zkcoord.consumer.migration import MigrationBridge
+from zkcoord.consumer.offsets import OffsetStore
+from zkcoord.consumer.records import ConsumerRecord, TopicPartition
+from zkcoord.consumer.resets import ResetReporter
+from zkcoord.consumer.shared import ConsumerMetrics
+from zkcoord.errors import NodeExistsError, NoNodeError, ZkError
+from zkcoord.layout import paths
+from zkcoord.runtime.journal import Journal
+from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
+from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient, ZkConfig
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+class Consumer:
+    """A group member driven by the coordinator.  Context manager; see the module docstring for threads."""
+
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        *,
+        journal: Journal | None = None,
+        on_partitions_revoked: PartitionsCallback | None = None,
+        on_partitions_assigned: PartitionsCallback | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.config = config
+        self.consumer_id = config.consumer_id or new_consumer_id(config.group)
+        self.journal = journal or Journal(None, "consumer")
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self._wall_ns = wall_ns
+        self.zk = ZkClient(
+            ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
+        )
+        self.lease = Lease(lease_duration(config.session_timeout_s, config.lease_fraction), clock=clock)
+        self.offsets = OffsetStore(self.zk, config.group, paths.member(config.group, self.consumer_id))
+        self.resets = ResetReporter(self.journal, config.group, self.consumer_id, self.zk, wall_ms)
+        self.fetcher = FetchManager(
+            config.data_dir,
+            max_poll_records=config.max_poll_records,
+            clock=clock,
+            on_started=self._fetch_started,
+            on_stopped=self._fetch_stopped,
+            gate=self._may_deliver,
+            offset_reset=config.offset_reset,
+            on_reset=self.resets.report,
+        )
+        self._events: queue.Queue[tuple[str, object]] = queue.Queue()
+        #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
+        self.bridge: MigrationBridge | None = None
+        if config.migrating:
+            self.bridge = MigrationBridge(
+                self.zk, config.group, self.consumer_id, lambda: self._events.put(("legacy-claim", None))
+            )
+        self.handler = CommandHandler(self, on_partitions_revoked, on_partitions_assigned)
+        self._threads: list[threading.Thread] = []
+        self._closing = threading.Event()
+        self._started_at = 0.0
+        self._delivered = 0
+        self._last_commit = 0.0
+        self.registrations = 0
+        #: the session of our latest registration: only round trips in it renew the lease
+        self.registered_session = 0
+        #: czxid of our current registration (None while not registered): see ``Command.incarnation``
+        self.incarnation: int | None = None
+        #: the data of our current registration as we wrote it (what a damaged one is repaired to)
+        self.registered_data: bytes | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> Consumer:
+        """Connect, register in the group and start the worker threads.  Blocks until registered.
+
+        :raises ZkUnavailableError: ZooKeeper cannot be reached.
+        """
+        self._started_at = self.clock()
+        sent = self.clock()
+        self.zk.start()
+        self._fit_lease()
+        self.lease.renew(sent)
+        self.zk.add_listener(self._on_state)
+        self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
+        self.register()
+        self.fetcher.start()
+        for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):
+            thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self.watch_channel()
+        # Our own znodes, repaired by the command thread if someone damages them (zkcoord.consumer.registration).
+        self.zk.watch_data(
+            paths.member(self.config.group, self.consumer_id), lambda _d, _s: self._events.put(("registration", None))
+        )
+        self.zk.watch_data(
+            paths.channel(self.config.group, self.consumer_id),
+            lambda _d, stat: self._events.put(("channel-node", None if stat is None else stat.czxid)),
+        )
+        return self
+
+    def watch_channel(self) -> None:
+        """Watch our channel's children (the command thread gets each listing).  The channel must exist; a deleted
+        one ends the watch, and is created and watched again (``zkcoord.consumer.registration``)."""
+        self.zk.watch_children(
+            paths.channel(self.config.group, self.consumer_id), lambda children: self._events.put(("channel", children))
+        )
+
+    def _fit_lease(self) -> None:
+        """The lease is a fraction of the session timeout the server *granted* (it may be shorter than asked for:
+        a lease as long as the requested one could outlive the session, S6)."""
+        self.lease.resize(lease_duration(self.zk.session_timeout_s, self.config.lease_fraction))
+
+    def _on_state(self, state: ConnState) -> None:
+        """kazoo's connection thread: void the lease at once (the command thread may be busy for a while before it
+        sees this), then hand the change to the command thread."""
+        if state is ConnState.CONNECTED:
+            self._fit_lease()  # before any round trip of this session can renew it
+        else:
+            self.lease.invalidate()
+        self._events.put(("state", state))
+
+    def register(self) -> None:
+        """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry.
+
+        A migrating consumer registers in Kafka 0.8's registry first, so that the zk-client members leave our share
+        alone before the coordinator gives it to us.
+        """
+        reg = self.config.subscription.registration(
+            self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
+        )
+        if self.bridge is not None:
+            self.bridge.register(reg, self.config.session_timeout_s * 2, self._closing)
+        path = paths.member(self.config.group, self.consumer_id)
+        stat: Stat | None
+        try:
+            stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            stat = self.zk.exists(path)
+            if stat is None:
+                raise
+            if stat.ephemeralOwner != self.zk.session_id:
+                # Not ours (someone wrote at our id; an expired session's ephemerals are gone before we have a new
+                # one): replace it, conditionally on the version seen, so a concurrent change makes us try again.
+                self.zk.delete(path, stat.version)
+                stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
+                log.warning("consumer %s: replaced a registration at our id that was not ours", self.consumer_id)
+        # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
+        self.incarnation = stat.czxid
+        self.registered_data = reg.encode()
+        self.registrations += 1
+        self.registered_session = self.zk.session_id
+        self.journal.emit(
+            "consumer.registered",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            pattern=reg.pattern.value,
+            subscription=dict(reg.subscription),
+            session=f"{self.zk.session_id:#x}",
+            registrations=self.registrations,
+            **({"migrating": True} if self.config.migrating else {}),
+        )
+
+    def close(self, timeout: float | None = None, *, budget: StopBudget | None = None) -> StopReport:
+        """Stop within ``timeout`` seconds (default ``config.shutdown_timeout_s``) or ``budget``, whatever ZooKeeper
+        does, and return what could not be done (journalled as ``shutdown.incomplete`` too).  Idempotent: a second
+        call reports nothing.  Application thread; blocks until ``budget.session`` at most.
+
+        In order: nothing is read or handed out any more (at once); on the command thread, after the step it is in:
+        commit what ``poll`` returned (S3; skipped while the lease is void), release the partitions (a migrating
+        consumer's 0.8 owner znodes too), call ``on_partitions_revoked``; delete the member znode (and the 0.8
+        registration); close the session.  ZooKeeper calls end by ``budget.zookeeper``.  The report says what the
+        final commit did (:class:`zkcoord.consumer.commits.FinalCommit`): skipped (``commit``) means those records are
+        delivered again to the partitions' next owner; sent but unanswered (``commit-unknown``) that they may be,
+        as the commit may still land; a member znode left stays until the
+        session expires, and the coordinator gives the partitions away only then (this consumer fetches nothing
+        meanwhile: S2).
+        """
+        report = StopReport()
+        if self._closing.is_set():
+            return report
+        budget = budget or StopBudget.start(self.config.shutdown_timeout_s if timeout is None else timeout)
+        self._closing.set()  # the fetcher's gate shuts (_may_deliver): nothing is read or handed out any more
+        self.zk.bound(budget.zookeeper)
+        self.fetcher.pause("closing")
+        final = FinalCommit()
+        self._events.put(("close", Closing(report, final)))
+        for thread in self._threads:
+            # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
+            # and the revoke callback) gets until the session deadline.
+            thread.join(timeout=budget.session.remaining())
+        if self._threads and self._threads[0].is_alive():  # the command thread (started first) is still busy
+            log.warning("consumer %s: the command thread is still busy at the stop deadline", self.consumer_id)
+        # What the final commit did, as known now: not run (the command thread was busy before it), landed, failed,
+        # or sent and unanswered -- not whether the command thread happens to be done (a slow revoke callback).
+        final.settle(report, self.uncommitted)
+        self.fetcher.close()
+        self.resets.close()
+        if self.registrations:
+            self._deregister(report)
+        had_session = self.incarnation is not None
+        if not self.zk.stop(timeout=budget.session.remaining()) and had_session:
+            report.skip(SESSION, f"session {self.registered_session:#x} not closed")
+        report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
+        return report
+
+    def _deregister(self, report: StopReport) -> None:
+        """Delete the member znode (and a migrating consumer's 0.8 registration); absent already is done."""
+        try:
+            with contextlib.suppress(NoNodeError):  # its session ended: gone with it
+                self.zk.delete(paths.member(self.config.group, self.consumer_id))
+            if self.bridge is not None:
+                self.bridge.deregister()
+        except ZkError as e:
+            log.info("consumer %s: deregistration skipped: %s", self.consumer_id, e)
+            report.skip(DEREGISTER, e)
+            return
+        self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
+
+    def uncommitted(self, positions: Mapping[TopicPartition, int] | None = None) -> int:
+        """How many partitions' consumed positions (default: the fetcher's) differ from their committed offsets."""
+        committed = self.offsets.committed()
+        current = self.fetcher.positions() if positions is None else positions
+        return sum(1 for tp, offset in current.items() if committed.get(tp) != offset)
+
+    def __enter__(self) -> Consumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the application's API ----------------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
+        """Return at most ``max_poll_records`` records, round-robin across assigned partitions (KIP-41).
+
+        Blocks up to ``timeout`` seconds.  Returns nothing while the lease is invalid (S6).  With auto-commit on,
+        commits consumed positions when the interval has passed (a fenced commit is journalled, not raised).
+        """
+        if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
+            self._events.put(("commit", None))
+            self._last_commit = self.clock()
+        records, handed_at = self.fetcher.poll_timed(timeout)
+        if records:
+            self._delivered += len(records)
+            self._journal_consumed(records, self._wall_ms_at(handed_at, up=False))
+        return records
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """Commit the positions of everything :meth:`poll` has returned, synchronously.
+
+        :raises OffsetCommitFencedError: for partitions this consumer no longer owns (others are committed).
+        """
+        return self.handler.commit(self.fetcher.positions())
+
+    def assignment(self) -> dict[TopicPartition, str]:
+        return self.fetcher.assignment()
+
+    def wakeup(self) -> None:
+        self.fetcher.wakeup()
+
+    def metrics(self) -> ConsumerMetrics:
+        now = self.clock()
+        return shared.metrics(
+            assigned=len(self.fetcher.assignment()),
+            delivered=self._delivered,
+            elapsed_s=now - self._started_at,
+            rebalances=self.handler.rebalances,
+            last=self.handler.last_rebalance,
+            now=now,
+            lag=self.lag(),
+            lease_valid=self.lease.valid(),
+        )
+
+    def lag(self) -> int | None:
+        """Records in the assigned partitions' logs beyond the consumed positions."""
+        return shared.lag(self.config.data_dir, self.fetcher.positions())
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _may_deliver(self) -> bool:
+        """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
+        the fetcher threads before each read.  Shut for good once :meth:`close` began."""
+        return not self._closing.is_set() and (self.config.unsafe_no_fencing or self.lease.valid())
+
+    def _wall_ms_at(self, mono: float, *, up: bool) -> int:
+        """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment
+        records were handed out, so records handed out before the deadline are never journalled after it (S2's
+        check compares the two).  The offset between the clocks is taken from one wall-clock reading between two
+        monotonic ones (their midpoint; read again, up to 3 times, while the two are over 100 µs apart: a thread
+        switch between the readings would shift the result by its length)."""
+        for _ in range(3):
+            before = self.clock()
+            wall = self._wall_ns()
+            after = self.clock()
+            if after - before <= 100e-6:
+                break
+        ns = wall - round(((before + after) / 2 - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
+        return -(-ns // 1_000_000) if up else ns // 1_000_000
+
+    def _heartbeat(self) -> None:
+        """Renew the lease with acknowledged round trips; report its expiry and its recovery to the command thread.
+
+        The lease can also be voided by the command thread (SUSPENDED); whichever way it became invalid, the first
+        renewal afterwards reports ``lease-renewed`` so fetching resumes.
+        """
+        interval = self.lease.duration_s / 4
+        expired_reported = False
+        while not self._closing.wait(interval):
+            valid_before = self.lease.valid()
+            sent = self.clock()
+            try:
+                self.zk.exists(paths.member(self.config.group, self.consumer_id))
+            except ZkError:
+                pass  # no acknowledgement: the lease is not renewed and will run out
+            else:
+                # A round trip in a *new* session says nothing about the one our assignment belongs to: until the
+                # command thread has handled the loss and registered again, the lease stays void.
+                if self.zk.session_id == self.registered_session:
+                    self.lease.renew(sent)
+            if self.bridge is not None and self.bridge.pending:
+                self._events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
+            valid_now = self.lease.valid()
+            if not valid_now and not expired_reported:
+                expired_reported = True
+                self._events.put(("lease-expired", self._lease_deadline_ms()))
+            elif valid_now and (expired_reported or not valid_before):
+                expired_reported = False
+                self._events.put(("lease-renewed", None))
+
+    def _lease_deadline_ms(self) -> int:
+        return self._wall_ms_at(self.lease.deadline, up=True)
+
+    def _fetch_started(self, tp: TopicPartition, offset: int, thread: str) -> None:
+        self.journal.emit(
+            "fetch.started",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            thread=thread,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            generation=self.handler.admission.generation,
+        )
+
+    def _fetch_stopped(self, tp: TopicPartition, offset: int, thread: str, reason: str) -> None:
+        fields: dict[str, object] = {}
+        if not self.config.unsafe_no_fencing and self.clock() >= self.lease.deadline:
+            # Nothing was handed out after the lease's deadline (poll checks it), so that is when fetching ended,
+            # however late this process noticed (it may have been paused for seconds).
+            fields["at_ms"] = self._lease_deadline_ms()
+        self.journal.emit(
+            "fetch.stopped",
+            group=self.config.group,
+            consumer=self.consumer_id,
+            thread=thread,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            reason=reason,
+            generation=self.handler.admission.generation,
+            **fields,
+        )
+
+    def _journal_consumed(self, records: list[ConsumerRecord], at_ms: int) -> None:
+        """Journal what ``poll`` handed out as offset ranges: one event per run of records of one partition.
+        ``at_ms``: when the gate let them out (the event itself is written a little later).
+
+        ``poll`` returns each partition's records as one contiguous run, so this walks run boundaries only.
+        """
+        if self.journal.path is None:
+            return
+        owners = self.fetcher.assignment()
+        start = 0
+        n = len(records)
+        while start < n:
+            first = records[start]
+            end = start + 1
+            while end < n and records[end].partition == first.partition and records[end].topic == first.topic:
+                end += 1
+            tp = TopicPartition(first.topic, first.partition)
+            self.journal.emit(
+                "records.consumed",
+                group=self.config.group,
+                consumer=self.consumer_id,
+                thread=owners.get(tp, ""),
+                topic=first.topic,
+                partition=first.partition,
+                first=first.offset,
+                last=records[end - 1].offset,
+                count=end - start,
+                at_ms=at_ms,
+            )
+            start = end
+
+    def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
+        """Where to start each partition: its committed offset, else the start policy."""
+        return shared.start_positions(self.config.data_dir, self.config.start_from, committed)
+
+    def on_owner_changed(self, event: WatchEvent) -> None:
+        """kazoo's thread: an owner znode watched while a hand-over is awaited changed; the command thread looks."""
+        self._events.put(("owner", event.path))
+
+    def next_event(self) -> tuple[str, object]:
+        return self._events.get()
+
+    def redeliver_later(self, event: tuple[str, object], delay: float = 0.2) -> None:
+        """Put ``event`` back after ``delay`` (command thread; used after a ZooKeeper error mid-command)."""
+        if not self._closing.wait(delay):
+            self._events.put(event)
+
+    def session_state(self) -> ConnState:
+        return self.zk.state
+
+
+__all__ = ["Consumer", "ConsumerMetrics", "Rebalance"]

@@ -1,0 +1,142 @@
+"""The consumer's settings: what it subscribes to and how it behaves.  Frozen; validates itself."""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from zkcoord.errors import ConfigurationError
+from zkcoord.layout.legacy_paths import check_group
+from zkcoord.layout.names import validate_group, validate_topic
+from zkcoord.layout.znodes import MAX_THREADS, MemberRegistration, Pattern
+from zkcoord.protocol.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
+from zkcoord.protocol.offset_reset import OffsetReset, check_policy
+from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
+
+StartFrom = Literal["earliest", "latest"]
+Rebalance = Literal["eager", "incremental"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """Kafka 0.8's ``TopicCount``: static ``{topic: threads}``, or one ``white_list``/``black_list`` regex."""
+
+    pattern: Pattern
+    topics: Mapping[str, int]
+
+    @classmethod
+    def static(cls, topics: Mapping[str, int]) -> Subscription:
+        return cls(Pattern.STATIC, dict(topics))
+
+    @classmethod
+    def whitelist(cls, regex: str, threads: int = 1) -> Subscription:
+        return cls(Pattern.WHITE_LIST, {regex: threads})
+
+    @classmethod
+    def blacklist(cls, regex: str, threads: int = 1) -> Subscription:
+        return cls(Pattern.BLACK_LIST, {regex: threads})
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            raise ConfigurationError("a subscription needs at least one topic")
+        for key, threads in self.topics.items():
+            if not 1 <= threads <= MAX_THREADS:
+                raise ConfigurationError(f"thread count for {key!r} must be within 1..{MAX_THREADS}, got {threads}")
+            if self.pattern is Pattern.STATIC:
+                validate_topic(key)
+        if self.pattern is not Pattern.STATIC:
+            if len(self.topics) != 1:
+                raise ConfigurationError("a wildcard subscription holds exactly one regex")
+            regex = next(iter(self.topics))
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise ConfigurationError(f"invalid regex {regex!r}: {e}") from e
+
+    def registration(
+        self, timestamp_ms: int, *, migrating: bool = False, incremental: bool = False
+    ) -> MemberRegistration:
+        return MemberRegistration(
+            self.pattern, dict(self.topics), timestamp_ms, migrating=migrating, incremental=incremental
+        )
+
+
+def new_consumer_id(group: str, host: str | None = None, now_ms: int | None = None) -> str:
+    """Kafka's consumer id ``<group>_<host>-<ms>-<8 hex>`` (``ZookeeperConsumerConnector.consumerIdString``)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", host or socket.gethostname()) or "host"
+    ms = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    return f"{group}_{host}-{ms}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    """How a consumer joins its group and consumes.  Raises :class:`ConfigurationError` on bad values.
+
+    :param zk: ZooKeeper connect string ``HOST:PORT[/chroot]``.
+    :param data_dir: the partition logs' directory.
+    :param session_timeout_s: the ZooKeeper session timeout; the lease (S6) is ``lease_fraction`` of it.
+    :param max_poll_records: the most records one ``poll()`` returns (KIP-41).
+    :param auto_commit: commit consumed positions every ``auto_commit_interval_s`` from ``poll()``.
+    :param start_from: where a partition without a committed offset starts: ``earliest`` or ``latest``.
+    :param offset_reset: what to do with a position outside its partition's log (a committed offset beyond the
+        log's high water or below its start): ``earliest``, ``latest`` or ``none`` (hold the partition and report
+        it); journalled as ``offsets.reset``.  Separate from ``start_from``, and ``earliest`` by default rather than
+        Kafka's ``latest``: :mod:`zkcoord.protocol.offset_reset` says why.
+    :param unsafe_no_fencing: the demo's contrast only: accept stale commands and fetch without a lease.
+    :param migrating: join a group that still has ``zk-client`` members (live migration, ``docs/migration.md``):
+        register in Kafka 0.8's registry too, fetch a partition only while holding its 0.8 owner znode, and commit
+        offsets to both protocols' paths.
+    :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
+        (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
+        moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
+    :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
+        ``docs/consumer.md``, "Stopping").
+    """
+
+    group: str
+    subscription: Subscription
+    zk: str
+    data_dir: Path
+    session_timeout_s: float = 6.0
+    max_poll_records: int = 500
+    auto_commit: bool = True
+    auto_commit_interval_s: float = 5.0
+    start_from: StartFrom = "earliest"
+    offset_reset: OffsetReset = DEFAULT_OFFSET_RESET
+    consumer_id: str = field(default="")
+    lease_fraction: float = 0.5
+    unsafe_no_fencing: bool = False
+    migrating: bool = False
+    rebalance: Rebalance = "eager"
+    shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        validate_group(self.group)
+        if self.migrating:
+            check_group(self.group)  # its zk-client registry lives at /consumers/<group>
+            if self.unsafe_no_fencing:
+                raise ConfigurationError("a migrating consumer cannot run unsafe: its claims are the migration's fence")
+        if not 0.5 <= self.session_timeout_s <= 600:
+            raise ConfigurationError(f"session timeout must be within 0.5..600 s, got {self.session_timeout_s}")
+        if not 1 <= self.max_poll_records <= 1_000_000:
+            raise ConfigurationError(f"max_poll_records must be within 1..1000000, got {self.max_poll_records}")
+        if not 0.01 <= self.auto_commit_interval_s <= 3600:
+            raise ConfigurationError(
+                f"auto-commit interval must be within 0.01..3600 s, got {self.auto_commit_interval_s}"
+            )
+        if self.start_from not in ("earliest", "latest"):
+            raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
+        check_policy(self.offset_reset)
+        if self.rebalance not in ("eager", "incremental"):
+            raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
+        validate_timeout(self.shutdown_timeout_s)
+        if not 0.1 <= self.lease_fraction <= 0.9:
+            raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
+        if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):
+            raise ConfigurationError(f"consumer id {self.consumer_id!r} must start with '{self.group}_' (Kafka's form)")

@@ -1,0 +1,115 @@
+"""Keeping the consumer's own znodes as it wrote them: its registration and its command channel.
+
+Both belong to this consumer's session, and the coordinator depends on both: a registration it cannot decode gets no
+partitions (``zkcoord.coordinator.unreadable``), and a channel that vanished leaves the consumer deaf to every
+command (the children watch on it ends with it).  Anyone may damage them -- an operator's ``set`` or ``delete``, a
+buggy client -- and only this consumer can tell what they should hold, so it repairs them as soon as a watch says
+they changed:
+
+* a registration whose data is not what we wrote is written back (conditionally on the version read), as Kafka 0.8's
+  consumer re-registers; its incarnation (``czxid``) does not change, so no command is invalidated;
+* a registration deleted while our session lives makes the coordinator count us as gone, and it may give our
+  partitions away without a stop (it expects a gone member to have stopped, S6): we stop fetching at once, commit
+  (fenced by the owner znodes, so a partition already given away is not moved), and register again as a new
+  incarnation, as after a session loss.  Between the deletion and our stop a new owner may already have started:
+  this overlap is bounded by the time the two notifications of the one deletion take to be handled;
+* a registration at our id that is not ours (its ``czxid`` is not our incarnation: deleted and created again by
+  someone else) is the same case: the coordinator addresses its commands to that other registration, which we
+  refuse -- so before refusing one we look at our registration, and stop and register again as above (replacing
+  the other one) before the refusal deletes it;
+* a deleted channel is created again, and a channel created again (by us or anyone) is watched again.
+
+Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.layout import paths
+
+if TYPE_CHECKING:
+    from zkcoord.consumer.commands import CommandHandler
+
+log = logging.getLogger(__name__)
+
+
+def check_registration(handler: CommandHandler) -> None:
+    """Our registration's data watch fired, or a command came for a registration that is not our current one:
+    repair the registration if it is not what we wrote (see the module's docstring).
+
+    :raises ZkError: on I/O failure (the event is handled again shortly).
+    """
+    c = handler.c
+    if handler.lost or c.registered_data is None or c.zk.session_id != c.registered_session:
+        return  # a session loss is handled by registering again
+    path = paths.member(c.config.group, c.consumer_id)
+    try:
+        data, stat = c.zk.get(path)
+    except NoNodeError:
+        register_again(handler, "deleted under a live session")
+        return
+    if stat.czxid != c.incarnation or stat.ephemeralOwner != c.zk.session_id:
+        register_again(handler, "replaced by a registration that is not ours")
+        return
+    if data == c.registered_data:
+        return
+    c.zk.set(path, c.registered_data, stat.version)
+    _journal(handler, f"overwritten ({len(data)} bytes): written back")
+
+
+def register_again(handler: CommandHandler, why: str) -> None:
+    """Our registration ended while our session lives (deleted, or replaced by someone else's): to the coordinator we
+    are gone, or are that other registration, and it may give our partitions away without a stop.  Stop fetching at
+    once, commit (fenced by the owner znodes: a partition already given away is not moved), release, end a hand-over's
+    wait (nothing handed to the ended registration is started), and register again as a new incarnation (replacing
+    a registration that is not ours).  Command thread.
+
+    :raises ZkError: registering failed; we stay stopped and unregistered (``incarnation`` None: every command is
+        refused) and the event is handled again shortly.
+    """
+    c = handler.c
+    revoked = list(c.fetcher.assignment())
+    c.incarnation = None  # commands for the registration that ended are refused from now on
+    handler.abandon_wait()
+    handler.commits.stopped(c.fetcher.revoke(f"registration {why}"), lost=False)
+    # What a fenced commit left uncommitted may be consumed again by the next owner (at least once, as after a
+    # session loss): say so, as a session loss does.
+    c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
+    handler.release_all(revoked)
+    c.register()
+    handler.wait_abandoned()
+    _journal(handler, f"{why}: stopped, committed, registered again")
+
+
+def check_channel(handler: CommandHandler, czxid: int | None) -> None:
+    """Our channel's data watch fired (``czxid``: the channel's, None if it is gone): a channel gone is created
+    again, and a channel that is not the one whose children we watch (created again, by us or by anyone) is watched
+    again -- a children watch ends for good with the channel it was set on.
+
+    :raises ZkError: on I/O failure (the event is handled again shortly).
+    """
+    c = handler.c
+    if handler.lost:
+        return
+    path = paths.channel(c.config.group, c.consumer_id)
+    if czxid is None:
+        c.zk.ensure_path(path)
+        stat = c.zk.exists(path)
+        if stat is None:
+            raise ZkUnavailableError("our channel vanished again as it was created", path)  # handled again shortly
+        czxid = stat.czxid
+        _journal(handler, "channel deleted: created again")
+    if handler.channel_czxid is None:
+        handler.channel_czxid = czxid  # the first report: the channel whose children start() watches
+    elif czxid != handler.channel_czxid:
+        handler.channel_czxid = czxid
+        c.watch_channel()
+
+
+def _journal(handler: CommandHandler, reason: str) -> None:
+    c = handler.c
+    c.journal.emit("registration.repaired", group=c.config.group, consumer=c.consumer_id, reason=reason)
+    log.warning("consumer %s: registration repaired: %s", c.consumer_id, reason)

@@ -1,0 +1,81 @@
+"""What both consumers (the coordinator's and the ``zk-client`` one) compute the same way: metrics, lag, start
+positions.  Pure functions of their arguments and the partition logs; any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from zkcoord.consumer.records import TopicPartition
+from zkcoord.data.partlog import log_offsets
+
+
+@dataclass
+class ConsumerMetrics:
+    """Kafka-style consumer metrics (``assigned-partitions``, ``records-consumed-rate``, rebalance latency)."""
+
+    assigned_partitions: int
+    records_consumed_total: int
+    records_consumed_rate: float
+    rebalances: int
+    rebalance_latency_ms_last: float | None
+    last_rebalance_seconds_ago: float | None
+    lag: int | None
+    lease_valid: bool
+
+
+class LastRebalance(Protocol):
+    @property
+    def latency_ms(self) -> float: ...
+    @property
+    def finished_at(self) -> float: ...
+
+
+def metrics(
+    *,
+    assigned: int,
+    delivered: int,
+    elapsed_s: float,
+    rebalances: int,
+    last: LastRebalance | None,
+    now: float,
+    lag: int | None,
+    lease_valid: bool,
+) -> ConsumerMetrics:
+    return ConsumerMetrics(
+        assigned_partitions=assigned,
+        records_consumed_total=delivered,
+        records_consumed_rate=delivered / max(elapsed_s, 1e-9),
+        rebalances=rebalances,
+        rebalance_latency_ms_last=last.latency_ms if last else None,
+        last_rebalance_seconds_ago=(now - last.finished_at) if last else None,
+        lag=lag,
+        lease_valid=lease_valid,
+    )
+
+
+def lag(data_dir: Path, positions: Mapping[TopicPartition, int]) -> int:
+    """Records in the partitions' logs beyond ``positions``."""
+    total = 0
+    for tp, position in positions.items():
+        _, end = log_offsets(data_dir, tp.topic, tp.partition)
+        total += max(0, end - position)
+    return total
+
+
+def start_positions(
+    data_dir: Path, start_from: str, committed: Mapping[TopicPartition, int | None]
+) -> dict[TopicPartition, int]:
+    """Where to start each partition: its committed offset (never before the log's start), else the start policy
+    (``earliest``: the log's start, ``latest``: its end; Kafka's ``auto.offset.reset``)."""
+    out: dict[TopicPartition, int] = {}
+    for tp, offset in committed.items():
+        start, end = log_offsets(data_dir, tp.topic, tp.partition)
+        if offset is not None:
+            out[tp] = max(offset, start)
+        else:
+            out[tp] = start if start_from == "earliest" else end
+    return out

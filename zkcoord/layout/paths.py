@@ -1,0 +1,131 @@
+"""Every znode path of the layout in ``docs/zookeeper-layout.md``, built in one place.
+
+Nothing else in the project formats a ZooKeeper path by hand; tests, tools and users read this layout as a contract.
+Path segments are validated names (:mod:`zkcoord.layout.names`), so no segment can contain ``/``.
+"""
+
+from __future__ import annotations
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+COORDINATOR = "/consumers/coordinator"
+COORDINATOR_EPOCH = "/consumers/coordinator_epoch"
+#: Parent of the current coordinator term's node (``<epoch>``), which every write of the term checks.
+COORDINATOR_TERMS = "/consumers/coordinator_terms"
+GROUPS = "/consumers/groups"
+CONFIG = "/config"
+CONFIG_GROUPS = "/config/groups"
+
+#: Persistent parents created once (idempotently) by every process that needs them, as Kafka's ``setupCommonPaths``.
+COMMON_PATHS = (BROKER_IDS, BROKER_TOPICS, GROUPS)
+
+
+def coordinator_term(epoch: int) -> str:
+    return f"{COORDINATOR_TERMS}/{epoch}"
+
+
+def broker(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{BROKER_TOPICS}/{name}"
+
+
+def group(name: str) -> str:
+    return f"{GROUPS}/{name}"
+
+
+def group_ids(name: str) -> str:
+    return f"{GROUPS}/{name}/ids"
+
+
+def group_of_ids(path: str) -> str | None:
+    """The group whose ``ids`` path :func:`group_ids` built, or None if ``path`` is not one."""
+    head, tail = f"{GROUPS}/", "/ids"
+    if path.startswith(head) and path.endswith(tail) and "/" not in path[len(head) : -len(tail)]:
+        return path[len(head) : -len(tail)] or None
+    return None
+
+
+def group_of_member(path: str) -> str | None:
+    """The group whose member registration path :func:`member` built, or None if ``path`` is not one."""
+    head = f"{GROUPS}/"
+    if not path.startswith(head):
+        return None
+    parts = path[len(head) :].split("/")
+    return parts[0] if len(parts) == 3 and parts[1] == "ids" and parts[0] and parts[2] else None
+
+
+def member(group_name: str, consumer_id: str) -> str:
+    return f"{GROUPS}/{group_name}/ids/{consumer_id}"
+
+
+def channel_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/channel"
+
+
+def channel(group_name: str, consumer_id: str) -> str:
+    return f"{GROUPS}/{group_name}/channel/{consumer_id}"
+
+
+#: Prefix of command znodes; ZooKeeper appends a 10-digit sequence number.
+COMMAND_PREFIX = "cmd-"
+
+
+def command_prefix(group_name: str, consumer_id: str) -> str:
+    return f"{channel(group_name, consumer_id)}/{COMMAND_PREFIX}"
+
+
+def command_of(path: str) -> tuple[str, str, str] | None:
+    """``(group, consumer id, command name)`` of a command path ``channel(g, c)/<name>``, or None."""
+    if not path.startswith(f"{GROUPS}/"):
+        return None
+    parts = path[len(GROUPS) + 1 :].split("/")
+    if len(parts) != 4 or parts[1] != "channel" or not all(parts):
+        return None
+    return parts[0], parts[2], parts[3]
+
+
+def owners_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/owners"
+
+
+def offsets_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/offsets"
+
+
+def owners(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/owners/{topic_name}"
+
+
+def owner(group_name: str, topic_name: str, partition: int) -> str:
+    return f"{GROUPS}/{group_name}/owners/{topic_name}/{partition}"
+
+
+def offsets(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/offsets/{topic_name}"
+
+
+def offset(group_name: str, topic_name: str, partition: int) -> str:
+    return f"{GROUPS}/{group_name}/offsets/{topic_name}/{partition}"
+
+
+def group_state(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/state"
+
+
+def resets_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/resets"
+
+
+def resets(group_name: str, topic_name: str) -> str:
+    return f"{GROUPS}/{group_name}/resets/{topic_name}"
+
+
+def reset(group_name: str, topic_name: str, partition: int) -> str:
+    """The last out-of-range position a consumer of the group found in the partition
+    (``zkcoord.protocol.offset_reset``)."""
+    return f"{GROUPS}/{group_name}/resets/{topic_name}/{partition}"

@@ -1,0 +1,249 @@
+"""The faults a scenario injects, each for real: signals to processes, a cut network path, ZooKeeper restarts.
+
+Every fault journals ``fault.injected`` (role ``scenario``) when it happens, waits on conditions with deadlines
+(never a fixed sleep where a condition exists), and leaves the run with the same number of brokers and consumers it
+found, so faults compose in any order.
+
+``FAULTS`` maps each kind to its function and a one-line description (``zkcoord demo --list`` prints them).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.runtime.faults import arm
+from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_INCOMPLETE, hard_bound
+from zkcoord.testbed.procs import ProcessError, wait_until
+from zkcoord.testbed.scenario.cluster import Member, RunCluster
+from zkcoord.zkserver.util import is_stopped
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    kind: str
+    description: str
+    run: Callable[[RunCluster, random.Random, Say], str]
+
+
+def _settle(cluster: RunCluster, timeout: float = 40) -> None:
+    try:
+        cluster.wait_all_stable(timeout)
+    except ProcessError:
+        # An unsafe run can be left unsettled on purpose; the verdict shows what that did.
+        if not cluster.unsafe:
+            raise
+
+
+def _grace(cluster: RunCluster) -> float:
+    """Long enough for a session to expire on the server and the coordinator to notice."""
+    return cluster.workload.session_timeout_s * 2 + 10
+
+
+def coordinator_zombie(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """Pause the coordinator between its stop and start phases (an incremental group's join: in its hand-over),
+    past its session; resume it after a takeover."""
+    broker = cluster.coordinator()
+    if broker is None:
+        return "no coordinator"
+    proc = cluster.brokers[broker]
+    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "pause", "coordinator.mid_handover")
+    trigger = cluster.start_consumer(cluster.workload.static_group)  # a join: the coordinator must rebalance
+    wait_until(lambda: is_stopped(proc.pid), 30, "the coordinator to stop itself mid-rebalance")
+    cluster.record_fault("coordinator-pause", f"broker-{broker}", "SIGSTOP between stop and start phases")
+    say(f"broker {broker} (coordinator) paused itself after its stop phase; waiting for a takeover")
+    wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
+    _settle(cluster)
+    proc.signal(signal.SIGCONT)
+    cluster.record_fault("coordinator-resume", f"broker-{broker}", "SIGCONT: the zombie wakes up")
+    say(f"broker {broker} resumed as a zombie; new coordinator is broker {cluster.coordinator()}")
+    _settle(cluster)
+    return f"zombie broker {broker}, joined by {trigger.proc.pid}"
+
+
+def coordinator_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """SIGKILL the coordinator in the middle of a rebalance (at coordinator.before_start, or in a hand-over), then
+    restart it."""
+    broker = cluster.coordinator()
+    if broker is None:
+        return "no coordinator"
+    proc = cluster.brokers[broker]
+    arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "kill", "coordinator.mid_handover")
+    cluster.start_consumer(cluster.workload.wildcard_group)
+    wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
+    cluster.record_fault("coordinator-kill", f"broker-{broker}", "SIGKILL mid-rebalance")
+    say(f"broker {broker} (coordinator) killed mid-rebalance")
+    wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
+    cluster.start_broker(broker)
+    _settle(cluster)
+    return f"killed broker {broker}"
+
+
+def _victim(cluster: RunCluster, rng: random.Random, *, proxied: bool = False) -> tuple[str, int]:
+    members = [m for m in cluster.live_members() if m.via_proxy == proxied]
+    member = rng.choice(members)
+    return member.group, cluster.members.index(member)
+
+
+def consumer_pause(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """SIGSTOP a consumer past its session timeout, then SIGCONT it: it must wake up fenced."""
+    group, i = _victim(cluster, rng)
+    member = cluster.members[i]
+    before = len(cluster.live_members(group))
+    member.proc.signal(signal.SIGSTOP)
+    cluster.record_fault("consumer-pause", f"consumer-{member.proc.pid}", f"SIGSTOP in group {group}")
+    say(f"consumer {member.proc.pid} ({group}) paused past its session timeout")
+    wait_until(lambda: cluster.stable(group, before - 1), _grace(cluster), "the group to rebalance without it")
+    member.proc.signal(signal.SIGCONT)
+    cluster.record_fault("consumer-resume", f"consumer-{member.proc.pid}", "SIGCONT")
+    _settle(cluster)
+    return f"paused consumer {member.proc.pid}"
+
+
+def consumer_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """SIGKILL a consumer (its uncommitted records may be consumed again), then start a replacement."""
+    group, i = _victim(cluster, rng)
+    member = cluster.members[i]
+    member.proc.signal(signal.SIGKILL)
+    cluster.record_fault("consumer-kill", f"consumer-{member.proc.pid}", f"SIGKILL in group {group}")
+    say(f"consumer {member.proc.pid} ({group}) killed")
+    member.proc.wait(10)
+    cluster.start_consumer(group)
+    _settle(cluster)
+    return f"killed consumer {member.proc.pid}"
+
+
+def consumer_join(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    group = rng.choice(cluster.groups())
+    member = cluster.start_consumer(group)
+    cluster.record_fault("consumer-join", f"consumer-{member.proc.pid}", f"joins {group}")
+    say(f"consumer {member.proc.pid} joins {group}")
+    _settle(cluster)
+    return f"joined {group}"
+
+
+def _left_cleanly(member: Member) -> None:
+    """A consumer told to leave with ZooKeeper up (faults run one at a time, and each settles) exits 0 within its
+    stop's hard bound; 3 (an incomplete stop) is a failure of the fault here, said as such, not as a crash."""
+    status = member.proc.wait(hard_bound(DEFAULT_CONSUMER_TIMEOUT_S) + 5)
+    if status == EXIT_INCOMPLETE:
+        raise ProcessError(f"consumer {member.proc.pid} left with an incomplete stop (exit 3): {member.proc.tail(1)}")
+    if status != 0:
+        raise ProcessError(
+            f"consumer {member.proc.pid} did not exit 0 on SIGTERM (exit {status}): {member.proc.tail(1)}"
+        )
+
+
+def consumer_leave(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    groups = [g for g in cluster.groups() if len([m for m in cluster.live_members(g) if not m.via_proxy]) > 1]
+    if not groups:
+        return "nobody to leave"
+    group = rng.choice(groups)
+    member = rng.choice([m for m in cluster.live_members(group) if not m.via_proxy])
+    member.proc.signal(signal.SIGTERM)
+    cluster.record_fault("consumer-leave", f"consumer-{member.proc.pid}", f"SIGTERM, leaves {group}")
+    say(f"consumer {member.proc.pid} leaves {group} cleanly")
+    _left_cleanly(member)
+    _settle(cluster)
+    return f"left {group}"
+
+
+def migrate_consumer(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """Roll one zk-client consumer of the static group onto the coordinator: stop it cleanly, start a migrating one."""
+    group = cluster.workload.static_group
+    legacy = [m for m in cluster.live_members(group) if m.kind == "zk-client"]
+    if not legacy:
+        return "nothing left to migrate"
+    member = rng.choice(legacy)
+    member.proc.signal(signal.SIGTERM)
+    _left_cleanly(member)
+    successor = cluster.start_consumer(group, kind="migrating")
+    cluster.record_fault(
+        "migrate-consumer", f"consumer-{member.proc.pid}", f"zk-client consumer replaced by {successor.proc.pid}"
+    )
+    say(f"zk-client consumer {member.proc.pid} of {group} replaced by migrating consumer {successor.proc.pid}")
+    _settle(cluster)
+    return f"{len(legacy) - 1} zk-client consumers left in {group}"
+
+
+def partitions_added(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    topic = rng.choice(cluster.workload.topics)
+    admin = TopicAdmin(cluster.admin)
+    before = admin.describe(topic).partitions
+    admin.alter(topic, before + 2)
+    cluster.record_fault("partitions-added", topic, f"{before} -> {before + 2}")
+    say(f"topic {topic} grew from {before} to {before + 2} partitions")
+    _settle(cluster)
+    return f"{topic} +2"
+
+
+def zookeeper_restart(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """Restart the ZooKeeper server (single), or kill the ensemble's leader and restart it later."""
+    if cluster.zk_ensemble is not None:
+        leader = cluster.zk_ensemble.leader_index()
+        if leader is None:
+            return "no leader"
+        cluster.zk_ensemble.kill(leader)
+        cluster.record_fault("zk-leader-kill", f"zookeeper-{leader + 1}", "SIGKILL the ensemble's leader")
+        say(f"ZooKeeper leader (server {leader + 1}) killed")
+        cluster.zk_ensemble.wait_for_quorum(30)
+        cluster.zk_ensemble.start(leader)
+        _settle(cluster)
+        return f"leader {leader + 1}"
+    if cluster.zk_server is None:
+        return "external ZooKeeper: not restarted"
+    cluster.record_fault("zk-restart", "zookeeper", "stop and start the server (sessions survive)")
+    say("ZooKeeper server restarting")
+    cluster.zk_server.restart()
+    _settle(cluster)
+    return "restarted"
+
+
+def network_cut(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """Cut the consumer that talks through the proxy off from ZooKeeper while it keeps running."""
+    proxied = [m for m in cluster.live_members() if m.via_proxy]
+    if not proxied or cluster.proxy is None:
+        return "no proxied consumer"
+    member = proxied[0]
+    before = len(cluster.live_members(member.group))
+    cluster.proxy.cut()
+    cluster.record_fault("network-cut", f"consumer-{member.proc.pid}", "cut off from ZooKeeper (proxy)")
+    say(f"consumer {member.proc.pid} ({member.group}) cut off from ZooKeeper, still running")
+    wait_until(lambda: cluster.stable(member.group, before - 1), _grace(cluster), "the group to go on without it")
+    cluster.proxy.restore()
+    cluster.record_fault("network-restore", f"consumer-{member.proc.pid}", "proxy restored")
+    _settle(cluster)
+    return f"cut consumer {member.proc.pid}"
+
+
+FAULTS: dict[str, Fault] = {
+    f.kind: f
+    for f in (
+        Fault("coordinator-zombie", "SIGSTOP the coordinator between its stop and start phases past its session, "
+              "SIGCONT after a new coordinator took over", coordinator_zombie),
+        Fault("coordinator-kill", "SIGKILL the coordinator in the middle of a rebalance, then restart it",
+              coordinator_kill),
+        Fault("consumer-pause", "SIGSTOP a consumer past its session timeout, then SIGCONT", consumer_pause),
+        Fault("consumer-kill", "SIGKILL a consumer and start a replacement", consumer_kill),
+        Fault("consumer-join", "a consumer joins a group", consumer_join),
+        Fault("consumer-leave", "a consumer leaves cleanly (SIGTERM)", consumer_leave),
+        Fault("partitions-added", "a topic grows by two partitions while producing", partitions_added),
+        Fault("zk-restart", "restart ZooKeeper (one server) or kill the ensemble's leader", zookeeper_restart),
+        Fault("network-cut", "cut one consumer off from ZooKeeper through its TCP proxy, past its session",
+              network_cut),
+    )
+}  # fmt: skip
+
+#: Steps of the migration scenario; not faults, so not in the default scenario's "every kind once".
+STEPS: dict[str, Fault] = {
+    "migrate-consumer": Fault(
+        "migrate-consumer",
+        "roll one zk-client consumer onto the coordinator: SIGTERM it, start a --migrating successor",
+        migrate_consumer,
+    ),
+}

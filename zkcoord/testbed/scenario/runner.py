@@ -1,0 +1,238 @@
+"""The scenario runner: start a whole run as real processes, inject faults on a seeded schedule, drain, stop.
+
+A run is: ZooKeeper (one server, a 3-server ensemble, or an external one), 3 brokers, one producer per topic at a
+steady rate, consumers in two groups (a static subscription, and a ``white_list`` over a topic family, one of whose
+consumers reaches ZooKeeper through a TCP proxy so that it can be cut off), then the scenario's faults, spread over
+the duration in a seeded order, while the producers keep writing.  At the end the producers stop, the groups drain,
+and everything is stopped; the journals in ``<run-dir>/journal`` are the evidence the verdict is computed from.
+
+Runs on the caller's thread; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zkcoord.errors import ConfigurationError
+from zkcoord.testbed.procs import ProcessError, wait_until
+from zkcoord.testbed.scenario.cluster import RunCluster, Workload
+from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    #: fault kinds; the first ``fixed`` run in this order, the rest in a seeded random order
+    faults: tuple[str, ...]
+    fixed: int = 1
+    #: the static group starts under the zk-client protocol (the migration scenario)
+    legacy_static: bool = False
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "default",
+            "every fault kind once: the zombie coordinator first (the interleaving the --unsafe contrast breaks), "
+            "then the others in a seeded order",
+            tuple(FAULTS),
+        ),
+        Scenario("zombie", "only the zombie coordinator: paused between stop and start, resumed after a takeover",
+                 ("coordinator-zombie",)),
+        Scenario("consumers", "consumer faults: pause, kill, join, leave, network cut",
+                 ("consumer-pause", "consumer-kill", "consumer-join", "consumer-leave", "network-cut"), fixed=0),
+        Scenario("zookeeper", "ZooKeeper restarted (or its leader killed with --ensemble), then a network cut",
+                 ("zk-restart", "network-cut"), fixed=0),
+        Scenario("calm", "no faults: the workload alone, for a baseline", ()),
+        Scenario("migration",
+                 "live migration: the static group starts under zk-client (Kafka 0.8.2) and its consumers are rolled "
+                 "onto the coordinator one at a time with --migrating, while producing; the --unsafe contrast rolls "
+                 "them without --migrating (a naive migration)",
+                 ("migrate-consumer",) * Workload().static_consumers, fixed=0, legacy_static=True),
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """One run.  Validates itself; raises :class:`ConfigurationError`."""
+
+    run_dir: Path
+    scenario: str = "default"
+    duration_s: float = 40.0
+    seed: int = 1
+    ensemble: bool = False
+    zk: str | None = None
+    unsafe: bool = False
+    workload: Workload = field(default_factory=Workload)
+
+    def __post_init__(self) -> None:
+        if self.scenario not in SCENARIOS:
+            raise ConfigurationError(f"unknown scenario {self.scenario!r}; see zkcoord demo --list")
+        if not 5 <= self.duration_s <= 24 * 3600:
+            raise ConfigurationError(f"duration must be within 5 s .. 24 h, got {self.duration_s}")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    unsafe: bool
+    faults: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+    produced: int = 0
+    consumed: int = 0
+    rebalances: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run_dir": str(self.run_dir),
+            "unsafe": self.unsafe,
+            "faults": dict(self.faults),
+            "problems": self.problems,
+            "produced": self.produced,
+            "consumed": self.consumed,
+            "rebalances": self.rebalances,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+class JournalTail:
+    """Counts events as they are appended (new complete lines only): the runner's live progress."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._offsets: dict[Path, int] = {}
+        self.produced = 0
+        self.consumed = 0
+        self.rebalances = 0
+        self.faults: Counter[str] = Counter()
+
+    def poll(self) -> None:
+        for path in self.directory.glob("*.jsonl"):
+            start = self._offsets.get(path, 0)
+            with path.open("rb") as f:
+                f.seek(start)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            self._offsets[path] = start + end
+            for line in chunk[:end].splitlines():
+                self._count(line)
+
+    def _count(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        kind = event.get("ev")
+        if kind == "produce.batch":
+            self.produced += int(event.get("count", 0))
+        elif kind == "records.consumed":
+            self.consumed += int(event.get("count", 0))
+        elif kind == "rebalance.completed":
+            self.rebalances += 1
+        elif kind == "fault.injected":
+            self.faults[str(event.get("fault"))] += 1
+
+
+def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
+    """Run ``config`` to the end; return its counts.  The verdict is computed from the journals afterwards."""
+    scenario = SCENARIOS[config.scenario]
+    rng = random.Random(config.seed)
+    order = list(scenario.faults[: scenario.fixed])
+    rest = list(scenario.faults[scenario.fixed :])
+    rng.shuffle(rest)
+    order += rest
+    started = time.monotonic()
+    result = RunResult(config.run_dir, config.unsafe)
+    cluster = RunCluster(config.run_dir, config.workload, config.unsafe, config.ensemble, config.zk)
+    tail = JournalTail(cluster.journal_dir)
+    label = "unsafe" if config.unsafe else "safe"
+
+    def progress(phase: str) -> None:
+        tail.poll()
+        say(
+            f"[{label} {time.monotonic() - started:5.1f}s] {phase}: produced {tail.produced}, consumed "
+            f"{tail.consumed}, rebalances {tail.rebalances}, faults {sum(tail.faults.values())}"
+        )
+
+    try:
+        connect = cluster.start_zookeeper()
+        say(f"[{label}] ZooKeeper at {connect}; run directory {config.run_dir}")
+        _start_workload(cluster, scenario)
+        cluster.start_producers()
+        progress(f"running scenario {scenario.name!r} for {config.duration_s:g}s with {len(order)} faults")
+        slot = config.duration_s / (len(order) + 1)
+        for i, kind in enumerate(order):
+            _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
+            progress(f"fault {i + 1}/{len(order)}: {kind}")
+            try:
+                detail = {**FAULTS, **STEPS}[kind].run(cluster, rng, say)
+            except ProcessError as e:
+                result.problems.append(f"{kind}: {e}")
+                say(f"[{label}] fault {kind} did not settle: {e}")
+                continue
+            say(f"[{label}] fault {kind} done: {detail}")
+        _wait_until_time(started, config.duration_s, lambda: progress("producing"))
+        cluster.stop_producers()
+        progress("producers stopped; draining")
+        _drain(cluster, timeout=15.0 if config.unsafe else 45.0, result=result)
+        progress("drained")
+        if scenario.legacy_static:
+            left = [m for m in cluster.live_members(config.workload.static_group) if m.kind == "zk-client"]
+            if left:
+                result.problems.append(f"migration unfinished: {len(left)} zk-client consumers left")
+    finally:
+        cluster.close()
+    tail.poll()
+    result.faults = tail.faults
+    result.produced, result.consumed, result.rebalances = tail.produced, tail.consumed, tail.rebalances
+    result.seconds = time.monotonic() - started
+    (config.run_dir / "run.json").write_text(json.dumps(result.to_json(), indent=2))
+    return result
+
+
+def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:
+    """Brokers, topics and both groups, stable before anything is produced."""
+    for broker_id in (1, 2, 3):
+        cluster.start_broker(broker_id)
+    wait_until(lambda: cluster.coordinator() is not None, 30, "a coordinator")
+    cluster.create_topics()
+    w = cluster.workload
+    for i in range(w.static_consumers):
+        if scenario.legacy_static:
+            cluster.start_consumer(w.static_group, kind="zk-client")
+        else:
+            cluster.start_consumer(w.static_group, via_proxy=(i == 0))
+    for _ in range(w.wildcard_consumers):
+        cluster.start_consumer(w.wildcard_group)
+    cluster.wait_all_stable(60)
+
+
+def _wait_until_time(started: float, offset: float, tick: Callable[[], None]) -> None:
+    last = time.monotonic()
+    while (now := time.monotonic()) < started + offset:
+        if now - last >= 5:
+            tick()
+            last = now
+        time.sleep(min(0.25, started + offset - now))  # pacing the schedule: time itself is the condition
+
+
+def _drain(cluster: RunCluster, timeout: float, result: RunResult) -> None:
+    def drained() -> bool:
+        return all(cluster.lag(group) == 0 for group in cluster.groups())
+
+    try:
+        wait_until(drained, timeout, "every group to consume everything", interval=0.25)
+    except ProcessError as e:
+        result.problems.append(str(e))

@@ -1,0 +1,51 @@
+"""The embedded Apache ZooKeeper: one server (:mod:`zkcoord.zkserver.server`), an ensemble of them
+(:mod:`zkcoord.zkserver.ensemble`), and what both need to find Java, pick ports and ask a server how it is
+(:mod:`zkcoord.zkserver.util`).  Runs the Debian package's jars in a child JVM; no kazoo here (four-letter words go
+over a plain socket).  Imports only :mod:`zkcoord.errors`.
+"""
+
+from zkcoord.zkserver.server import (
+    LOOPBACK,
+    POLL_INTERVAL_S,
+    QuorumPeer,
+    ZkServer,
+    ZkServerConfig,
+    check_port_free,
+    close_all,
+    find_java,
+    find_zookeeper_classpath,
+    four_letter_word,
+    free_port,
+    free_ports,
+    is_stopped,
+    is_zookeeper_process,
+    log_tail,
+    mntr,
+    server_mode,
+    srvr,
+    terminate_process,
+    wait_for_exit,
+)
+
+__all__ = [
+    "LOOPBACK",
+    "POLL_INTERVAL_S",
+    "QuorumPeer",
+    "ZkServer",
+    "ZkServerConfig",
+    "check_port_free",
+    "close_all",
+    "find_java",
+    "find_zookeeper_classpath",
+    "four_letter_word",
+    "free_port",
+    "free_ports",
+    "is_stopped",
+    "is_zookeeper_process",
+    "log_tail",
+    "mntr",
+    "server_mode",
+    "srvr",
+    "terminate_process",
+    "wait_for_exit",
+]
