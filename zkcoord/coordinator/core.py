@@ -42,7 +42,6 @@ from zkcoord.coordinator.attempt import Begun
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term
-from zkcoord.coordinator.plan import matches
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.snapshot import Listing, forget_member, listing, read_groups
@@ -50,6 +49,7 @@ from zkcoord.data.topics import follow_partition_count
 from zkcoord.errors import FencedError, ZkCoordError, ZkError
 from zkcoord.layout import legacy_paths, paths
 from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.protocol.subscriptions import matches
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient
