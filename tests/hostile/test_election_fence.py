@@ -207,7 +207,7 @@ def test_a_coordinator_znode_with_children_is_reported_once_and_left_once_emptie
         wait_until(lambda: bool(_rejections(cluster, paths.COORDINATOR)), 10, "the broker to say why it waits")
         assert cluster.acting() == []
         # More election triggers meanwhile (every change of the node reaches the broker): still said once.
-        seat = cluster.coordinator(1)._seat
+        seat = cluster.coordinator(1).seat
         assert seat is not None
         assert seat.blocked
         for n in range(2):  # one at a time: a data watch may see two quick changes as one

@@ -12,7 +12,7 @@ import pytest
 from tests.scripted import ScriptedConsumer
 from zkcoord.broker import Broker, BrokerConfig
 from zkcoord.coordinator import Coordinator, CoordinatorConfig, Role
-from zkcoord.coordinator.core import _Event
+from zkcoord.coordinator.events import Event as _Event
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkError, ZkUnavailableError
 from zkcoord.layout import paths

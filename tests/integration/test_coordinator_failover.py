@@ -18,7 +18,7 @@ import pytest
 
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_swarm import TOPIC, Swarm
-from zkcoord.coordinator.core import _Event
+from zkcoord.coordinator.events import Event as _Event
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
@@ -107,7 +107,7 @@ def test_a_reset_watch_is_relisted_and_its_group_examined_again_without_a_rebala
     coordinator = cluster.coordinator(1)
     journal = cluster.journal_dir
     mark = max(e.mono_ns for e in read_journal(journal))
-    term = coordinator._term_no
+    term = coordinator.term_no
     # A connection loss resets every raw watch (kazoo fires them with a NONE event).  Meanwhile a member may have
     # re-registered under the same id (a new incarnation, the same names), so the coordinator examines every such
     # group again; none of them needs a rebalance here, and each is examined exactly once.
@@ -124,4 +124,4 @@ def test_a_reset_watch_is_relisted_and_its_group_examined_again_without_a_rebala
     assert sorted(e.fields["group"] for e in requested) == sorted(GROUPS)
     assert {e.fields["trigger"] for e in requested} == {"membership change"}
     assert not broker_events(journal, 1, "rebalance.started", mark)
-    assert not coordinator._relist
+    assert not coordinator.watchers.relist

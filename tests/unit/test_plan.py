@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, resolve, still_held, unreadable_holders
+from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, still_held, unreadable_holders
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.faults import parse
 
 TOPICS = {"orders": 2, "ordinals": 1, "clicks": 3}

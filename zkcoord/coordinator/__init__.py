@@ -4,6 +4,7 @@ Start at :mod:`zkcoord.coordinator.core`; the protocol is written down in ``docs
 """
 
 from zkcoord.coordinator.config import CoordinatorConfig
-from zkcoord.coordinator.core import Coordinator, Role
+from zkcoord.coordinator.core import Coordinator
+from zkcoord.coordinator.events import Role
 
 __all__ = ["Coordinator", "CoordinatorConfig", "Role"]

@@ -1,18 +1,19 @@
 """Planning a rebalance: pure functions from what ZooKeeper holds to the target assignment and whether it is needed.
 
-Nothing here does I/O, so the necessity check (seed section D, steps 3.1–3.5) and subscription resolution are tested
-on plain values.  :func:`plan` is called by the coordinator's worker with a :class:`GroupSnapshot` it has just read.
+Nothing here does I/O, so the necessity check (seed section D, steps 3.1–3.5) is tested on plain values (subscription
+resolution lives in :mod:`zkcoord.protocol.subscriptions`).  :func:`plan` is called by the coordinator's worker with
+a :class:`GroupSnapshot` it has just read.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.errors import ConfigurationError
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration
 from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, sticky_assign
+from zkcoord.protocol.subscriptions import resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +69,6 @@ class Plan:
     #: every member registered ``incremental`` (and none is migrating): the group's assignor is ``sticky`` and, from
     #: a STABLE state, the rebalance may move only what changes (see :func:`moves`)
     incremental: bool = False
-
-
-def matches(registration: MemberRegistration, topic: str) -> bool:
-    """Whether a wildcard registration covers ``topic`` (Java ``String.matches``: the whole name)."""
-    regex = next(iter(registration.subscription))
-    hit = re.fullmatch(regex, topic) is not None
-    return hit if registration.pattern is Pattern.WHITE_LIST else not hit
-
-
-def resolve(registration: MemberRegistration, topics: Mapping[str, int]) -> tuple[dict[str, int], list[str]]:
-    """``(topic -> threads, missing static topics)`` for one member against the topics that exist."""
-    if registration.pattern is Pattern.STATIC:
-        present = {t: n for t, n in registration.subscription.items() if t in topics}
-        missing = sorted(t for t in registration.subscription if t not in topics)
-        return present, missing
-    threads = next(iter(registration.subscription.values()))
-    return {t: threads for t in sorted(topics) if matches(registration, t)}, []
 
 
 def necessity(

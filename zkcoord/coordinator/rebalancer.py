@@ -37,6 +37,9 @@ read them).
 Every write goes through the term's fence (S1).  Every command carries the coordinator epoch and the generation,
 which only grow, so consumers can refuse stale ones (S5).
 
+The rebalancer decides what comes next; its helpers, on the same thread, carry it out: :class:`~.sending.Sender`
+writes each step, :class:`~.acks.Acks` follows its acknowledgements.
+
 Threads: every method runs on the coordinator's worker thread; nothing here blocks on anything but ZooKeeper.
 """
 
@@ -48,16 +51,17 @@ import time
 from collections.abc import Callable, Mapping
 
 from zkcoord.coordinator.acks import Acks
-from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step, channel_ops, command_ops, ownership_ops
-from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
+from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step
+from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.plan import Moves, moves, plan, registry_vouched
-from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group, with_owners_read_again
+from zkcoord.coordinator.plan import moves, plan, registry_vouched
+from zkcoord.coordinator.sending import Sender
+from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
-from zkcoord.errors import CodecError, FencedError, NoNodeError, ZkError
+from zkcoord.errors import CodecError, FencedError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState, MemberRegistration
+from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration
 from zkcoord.protocol.assignors import moved_partitions
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
@@ -113,7 +117,6 @@ class Rebalancer:
         #: by group, the members whose channel znode this term knows to exist (listed when one is not known)
         self.channels: dict[str, set[str]] = {}
         self.metrics = Metrics()
-        self._tokens = 0
         self.acks = Acks(
             zk,
             journal,
@@ -124,6 +127,23 @@ class Rebalancer:
             advance=self._advance,
             retry=self._retry,
             forget_channels=self._forget_channels,
+        )
+        #: writes each step (the stops, the hand-over, the starts, with the state)
+        self.sending = Sender(
+            zk,
+            writer,
+            config,
+            journal,
+            active=self.active,
+            channels=self.channels,
+            members=self.members,
+            member_watch=member_watch,
+            acks=self.acks,
+            schedule=schedule,
+            advance=self._advance,
+            retry=self._retry,
+            clock=clock,
+            wall_ms=wall_ms,
         )
 
     # --- entry points (worker thread) ------------------------------------------------------------------------------
@@ -286,149 +306,11 @@ class Rebalancer:
         """What this term knows of ``group``'s channels may be wrong (one was deleted by hand): list them again."""
         self.channels.pop(group, None)
 
-    def _know_channels(self, attempt: Attempt, members: frozenset[str], *, retry: bool = True) -> bool:
-        """Make sure whether the channels of ``members`` exist is known (listing the group's channels when one is
-        not known to exist; a channel, once created, stays).  False if the listing failed (then, with ``retry``, a
-        retry of the attempt is scheduled)."""
-        if members <= attempt.channels:
-            return True
-        try:
-            attempt.channels |= set(self.zk.get_children(paths.channel_root(attempt.group)))
-        except NoNodeError:
-            pass
-        except ZkError as e:
-            if retry:
-                self._retry(attempt, f"cannot list the channels: {e}")
-            return False
-        return True
-
     def _first_step(self, attempt: Attempt) -> None:
         if attempt.step is Step.HANDOVER and attempt.moves is not None:
-            self._send_handover(attempt, attempt.moves)
+            self.sending.handover(attempt, attempt.moves)
         else:
-            self._send_stop(attempt)
-
-    def _send_stop(self, attempt: Attempt) -> None:
-        g = attempt.group
-        attempt.channels = self.channels.setdefault(g, set())
-        revoke = attempt.moves.revoke if attempt.moves is not None else None
-        if revoke is not None and not revoke:
-            # Nothing is taken from anyone (a member left, partitions were added): no barrier to wait for.
-            attempt.stop_done_at = self.clock()
-            self._send_start(attempt)
-            return
-        attempt.step = Step.STOPPING
-        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.STOP_FETCHER)
-        attempt.recipients = frozenset(attempt.plan.members if revoke is None else revoke)
-        if not self._know_channels(attempt, attempt.recipients):
-            return
-        ops = channel_ops(attempt) + command_ops(attempt, CommandOption.STOP_FETCHER, self.epoch, self.wall_ms())
-        self._write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
-        if attempt.moves is not None and self.active.get(g) is attempt and attempt.step is Step.STOPPING:
-            # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).  A
-            # failure here costs nothing: the start step lists them again.
-            self._know_channels(attempt, attempt.moves.gain, retry=False)
-
-    def _send_handover(self, attempt: Attempt, m: Moves) -> None:
-        """The one step of a hand-over: stops to the members giving partitions up, starts to those receiving."""
-        attempt.channels = self.channels.setdefault(attempt.group, set())
-        attempt.stop_done_at = self.clock()
-        attempt.prefix = generation_prefix(self.epoch, attempt.generation)  # its stops and its starts
-        attempt.recipients = frozenset(m.revoke) | m.gain
-        if not self._know_channels(attempt, attempt.recipients):
-            return
-        ops = channel_ops(attempt) + ownership_ops(attempt)
-        ops += command_ops(attempt, None, self.epoch, self.wall_ms())
-        self._write(attempt, ops, GroupPhase.STARTING, attempt.read.state_version)
-
-    def _send_start(self, attempt: Attempt) -> None:
-        attempt.step = Step.STARTING
-        attempt.stop_done_at = self.clock()
-        attempt.prefix = command_prefix(self.epoch, attempt.generation, CommandOption.START_FETCHER)
-        attempt.recipients = frozenset(attempt.plan.members if attempt.moves is None else attempt.moves.gain)
-        if not self._know_channels(attempt, attempt.recipients):
-            return
-        state = attempt.read.snapshot.state
-        if attempt.moves is None and state is not None and state.phase is not GroupPhase.STABLE:
-            # After an interrupted attempt, which may have been a hand-over: an old owner may have written its owner
-            # znodes after this attempt read them (before acknowledging this attempt's stop, so not after now).
-            try:
-                attempt.read = with_owners_read_again(self.zk, attempt.read, self.members, self.member_watch)
-            except ZkError as e:
-                self._retry(attempt, f"cannot read the owner znodes again: {e}")
-                return
-        ops = channel_ops(attempt) + ownership_ops(attempt)
-        ops += command_ops(attempt, CommandOption.START_FETCHER, self.epoch, self.wall_ms())
-        self._write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
-
-    def _state(self, attempt: Attempt, phase: GroupPhase, error: str = "") -> GroupState:
-        return GroupState(
-            generation=attempt.generation,
-            phase=phase,
-            epoch=self.epoch,
-            members=attempt.plan.members,
-            target=attempt.plan.target,
-            assignor=attempt.plan.assignor,
-            legacy=attempt.plan.legacy,
-            updated_ms=self.wall_ms(),
-            attempt=attempt.number,
-            error=error,
-        )
-
-    def _write(self, attempt: Attempt, ops: list[Op], phase: GroupPhase, state_version: int, start: int = 0) -> None:
-        attempt.ops = ops
-        attempt.outstanding = set(attempt.recipients)
-        if not start:
-            attempt.written = {}
-        attempt.step_started = self.clock()
-        self._tokens += 1
-        attempt.token = self._tokens
-        try:
-            attempt.state_version, created = self.writer.write(
-                attempt.group, self._state(attempt, phase), state_version, ops, start
-            )
-        except PhaseWriteError as e:
-            if e.uncertain:
-                attempt.uncertain = True
-                log.warning("group %s: %s; will resume after reconnecting", attempt.group, e)
-                return
-            self.channels.pop(attempt.group, None)  # a channel deleted behind our back fails the write: list again
-            self._retry(attempt, str(e))
-            return
-        self._sent(attempt, created)
-
-    def _sent(self, attempt: Attempt, created: list[tuple[str, int]] | None = None) -> None:
-        """The step's commands are written (``created``: their paths and zxids, when known: not after a resume, which
-        lists the channels instead)."""
-        attempt.uncertain = False
-        for path, zxid in created or []:
-            parsed = paths.command_of(path)
-            if parsed is not None:
-                attempt.written[parsed[1]] = zxid
-        attempt.channels |= attempt.recipients
-        revoke = attempt.moves.revoke if attempt.moves is not None else {}
-        for cid in sorted(attempt.recipients):
-            option = attempt.option_for(cid)
-            if option is CommandOption.START_FETCHER:
-                partitions = sum(len(p) for p in attempt.share(cid).values())
-            else:
-                partitions = sum(len(p) for p in revoke.get(cid, {}).values())
-            self.journal.emit(
-                "command.sent",
-                group=attempt.group,
-                consumer=cid,
-                option=option.value,
-                epoch=self.epoch,
-                generation=attempt.generation,
-                partitions=partitions,
-            )
-        self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
-        if attempt.step is Step.HANDOVER and created:
-            fault_point("coordinator.mid_handover", self.journal)  # written and journalled, nothing acknowledged
-        if created:
-            self.acks.watch_commands(attempt, [path for path, _ in created])
-        elif not attempt.outstanding:  # a group with no members has nothing to wait for
-            self._advance(attempt)
+            self.sending.stop(attempt)
 
     def _resume(self, attempt: Attempt) -> None:
         """After a reconnect: read the state back and send only the batches that did not commit."""
@@ -446,10 +328,10 @@ class Rebalancer:
         base_version = stat.version if landed or self.writer.fence.unsafe else attempt.state_version
         if landed >= len(self.writer.batches(attempt.ops)):
             attempt.state_version = stat.version
-            self._sent(attempt)
+            self.sending.sent(attempt)
         else:
             attempt.uncertain = False
-            self._write(attempt, attempt.ops, phase, base_version, start=landed)
+            self.sending.write(attempt, attempt.ops, phase, base_version, start=landed)
         if self.active.get(attempt.group) is attempt and not attempt.uncertain:
             self.acks.recheck(attempt)
 
@@ -464,13 +346,13 @@ class Rebalancer:
                 stop_ms=round(attempt.stop_ms, 2),
             )
             fault_point("coordinator.before_start", self.journal)
-            self._send_start(attempt)
+            self.sending.start(attempt)
             return
         fault_point("coordinator.before_stable", self.journal)
         txn = self.writer.fence.transaction()
         txn.set_data(
             paths.group_state(attempt.group),
-            self._state(attempt, GroupPhase.STABLE).encode(),
+            self.sending.state(attempt, GroupPhase.STABLE).encode(),
             -1 if self.writer.fence.unsafe else attempt.state_version,
         )
         try:
@@ -550,4 +432,4 @@ class Rebalancer:
             backoff_s=round(backoff, 3),
             reason=reason,
         )
-        self.schedule(backoff, group, -1)  # token -1: "retry now" (see Coordinator._on_timer)
+        self.schedule(backoff, group, -1)  # token -1: "retry now" (see Coordinator.schedule_group)

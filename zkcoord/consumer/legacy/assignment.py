@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from zkcoord.consumer.legacy.registry import GroupView
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.coordinator.plan import resolve
 from zkcoord.protocol.assignors import Assignment, get_assignor, threads_of
+from zkcoord.protocol.subscriptions import resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ def subscriptions_of(view: GroupView) -> dict[str, dict[str, int]]:
     """Each member's ``{topic: threads}`` over the topics that exist (Kafka's ``getConsumersPerTopic`` input).
 
     Wildcards match whole topic names (Java ``String.matches``), as the coordinator resolves them
-    (:func:`zkcoord.coordinator.plan.resolve`), so both protocols agree on what a registration covers.
+    (:func:`zkcoord.protocol.subscriptions.resolve`), so both protocols agree on what a registration covers.
     """
     return {cid: resolve(registration, view.partitions)[0] for cid, registration in sorted(view.members.items())}
 

@@ -24,11 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.coordinator.plan import matches
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import legacy_paths as paths
 from zkcoord.layout import paths as common
 from zkcoord.layout.znodes import MemberRegistration, Pattern, TopicAssignment, decode_int, encode_int, encode_owner
+from zkcoord.protocol.subscriptions import matches
 from zkcoord.zk import ZkClient
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from zkcoord.coordinator.plan import matches
 from zkcoord.layout import legacy_paths as paths
 from zkcoord.layout import paths as common
 from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.protocol.subscriptions import matches
 from zkcoord.zk import ConnState, Stat, ZkClient
 
 
