@@ -39,7 +39,7 @@ from zkcoord.errors import (
     ZkError,
 )
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import BrokerRegistration
+from zkcoord.layout.registrations import BrokerRegistration
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import (
     DEFAULT_BROKER_TIMEOUT_S,

@@ -49,7 +49,7 @@ from zkcoord.coordinator.snapshot import Listing, forget_member, listing, read_g
 from zkcoord.data.topics import follow_partition_count
 from zkcoord.errors import FencedError, ZkCoordError, ZkError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ConnState, Stat, WatchEvent, WatchKind, ZkClient

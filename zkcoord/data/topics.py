@@ -23,7 +23,7 @@ from zkcoord.errors import (
 )
 from zkcoord.layout import paths
 from zkcoord.layout.names import validate_partition_count, validate_topic
-from zkcoord.layout.znodes import TopicAssignment
+from zkcoord.layout.registrations import TopicAssignment
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient
 
