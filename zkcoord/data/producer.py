@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zkcoord.data.partlog import PartitionWriter
-from zkcoord.data.partlog.writer import LogRewound
+from zkcoord.data.partlog.rewind import LogRewound
 from zkcoord.errors import CodecError, ConfigurationError, NoNodeError, TopicNotFoundError
 from zkcoord.layout import paths
 from zkcoord.layout.registrations import TopicAssignment
