@@ -19,7 +19,9 @@ from typing import Any
 
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.zk import ZkClient, ZkConfig
 
 

@@ -39,7 +39,8 @@ from zkcoord.errors import (
     ZkError,
 )
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import BrokerRegistration
+from zkcoord.layout.paths import MAX_BROKER_ID
+from zkcoord.layout.registrations import BrokerRegistration
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import (
     DEFAULT_BROKER_TIMEOUT_S,
@@ -52,8 +53,6 @@ from zkcoord.runtime.shutdown import (
 from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
-
-MAX_BROKER_ID = 2**31 - 1
 
 
 class BrokerState(Enum):

@@ -22,7 +22,9 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkCoordError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase, GroupState, MemberRegistration, decode_int, encode_owner
+from zkcoord.layout.group_state import GroupPhase, GroupState, encode_owner
+from zkcoord.layout.registrations import CoordinatorInfo, MemberRegistration
+from zkcoord.layout.znodes import decode_int
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig

@@ -40,7 +40,9 @@ from zkcoord.data.producer import ProduceConfig, Producer
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkCoordError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase, GroupState, decode_int
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import CoordinatorInfo
+from zkcoord.layout.znodes import decode_int
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig

@@ -30,7 +30,8 @@ from zkcoord.coordinator.seat import BLOCKED_RETRY_S, Seat
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import FencedError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, decode_int
+from zkcoord.layout.registrations import CoordinatorInfo
+from zkcoord.layout.znodes import decode_int
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import Transaction, ZkClient, ZkConfig

@@ -20,7 +20,9 @@ from tests.ledger import Ledger, uncommitted_tails
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NotEmptyError, ZkCoordError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, CoordinatorInfo, GroupPhase, GroupState, MemberRegistration
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import CoordinatorInfo, MemberRegistration
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.procs import wait_until
 

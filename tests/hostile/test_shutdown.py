@@ -30,7 +30,7 @@ from zkcoord.consumer.client import PartitionsCallback
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkSessionExpiredError, ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN, EXIT_CLEAN, EXIT_INCOMPLETE, Deadline
 from zkcoord.testbed.procs import ChildProcess, wait_until

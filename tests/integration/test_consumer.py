@@ -15,7 +15,8 @@ from zkcoord.consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, 
 from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, GroupPhase
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase
 from zkcoord.runtime.journal import Journal, read_journal
 from zkcoord.testbed.procs import wait_until
 

@@ -13,7 +13,7 @@ import pytest
 from tests.ledger import Ledger
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.testbed.procs import ChildProcess, run_command, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 

@@ -16,7 +16,10 @@ from zkcoord.coordinator.events import Event as _Event
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ZkError, ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState, Pattern, decode_int
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import Pattern
+from zkcoord.layout.znodes import decode_int
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ConnState, Transaction, ZkClient, ZkConfig

@@ -22,7 +22,7 @@ from zkcoord.coordinator.events import Event as _Event
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase
+from zkcoord.layout.group_state import GroupPhase
 from zkcoord.runtime.journal import JournalEvent, read_journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchKind

@@ -15,7 +15,8 @@ from tests.scripted import ScriptedConsumer
 from zkcoord.coordinator import Role
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, GroupPhase
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.group_state import GroupPhase
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
 

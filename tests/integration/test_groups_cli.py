@@ -31,15 +31,9 @@ from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import InvalidNameError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import (
-    BrokerRegistration,
-    GroupPhase,
-    GroupState,
-    MemberRegistration,
-    Pattern,
-    encode_int,
-    encode_owner,
-)
+from zkcoord.layout.group_state import GroupPhase, GroupState, encode_owner
+from zkcoord.layout.registrations import BrokerRegistration, MemberRegistration, Pattern
+from zkcoord.layout.znodes import encode_int
 from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration

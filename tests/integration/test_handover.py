@@ -22,7 +22,8 @@ from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartit
 from zkcoord.consumer.offsets import Claims
 from zkcoord.errors import ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, decode_owner, encode_owner
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import decode_owner, encode_owner
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig

@@ -28,7 +28,8 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase
+from zkcoord.layout.group_state import GroupPhase
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime import faults
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until

@@ -24,7 +24,7 @@ from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import ConfigurationError, NoNodeError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import BrokerRegistration
+from zkcoord.layout.registrations import BrokerRegistration
 from zkcoord.protocol.assignors import Assignor, range_assign, roundrobin_assign
 from zkcoord.runtime import journal as journal_module
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal

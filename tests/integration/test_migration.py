@@ -27,16 +27,10 @@ from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartit
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkUnavailableError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import (
-    Command,
-    CommandOption,
-    GroupPhase,
-    GroupState,
-    MemberRegistration,
-    Pattern,
-    encode_int,
-    encode_owner,
-)
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState, encode_owner
+from zkcoord.layout.registrations import MemberRegistration, Pattern
+from zkcoord.layout.znodes import encode_int
 from zkcoord.runtime.journal import Journal, read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig

@@ -17,7 +17,7 @@ from zkcoord.coordinator.election import Fence, try_elect
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.errors import ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig

@@ -10,7 +10,8 @@ import pytest
 
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, forget_member, read_group
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern, encode_owner
+from zkcoord.layout.group_state import GroupPhase, GroupState, encode_owner
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
 

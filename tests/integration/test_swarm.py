@@ -27,7 +27,7 @@ from zkcoord.coordinator import Coordinator, CoordinatorConfig, Role
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.runtime.journal import Journal, read_journal
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient, ZkConfig

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.consumer.vouch import Admission, beyond_target, vouch
-from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
 
 
 def cmd(epoch: int, generation: int, group: str = "g", incarnation: int | None = None) -> Command:

@@ -11,7 +11,8 @@ from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import GroupSnapshot, Moves, moves, plan
 from zkcoord.coordinator.snapshot import ReadResult
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, GroupPhase, GroupState
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
 
 
 def joined() -> tuple[GroupSnapshot, Moves, Attempt]:

@@ -16,7 +16,7 @@ from zkcoord.data.partlog import PartitionReader, PartitionWriter, WriterConfig,
 from zkcoord.data.partlog import highwater as hw
 from zkcoord.data.partlog.format import ATTR_AFTER_GAP, HEADER_SIZE, parse_header
 from zkcoord.data.partlog.layout import index_path, log_path, partition_dir
-from zkcoord.data.partlog.writer import LogRewound
+from zkcoord.data.partlog.rewind import LogRewound
 from zkcoord.errors import CorruptLogError
 
 CONFIG = WriterConfig(index_interval_bytes=64, fsync_on_roll=False)

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan, still_held, unreadable_holders
 from zkcoord.errors import ConfigurationError
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, Pattern
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.faults import parse
 

@@ -10,21 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zkcoord.errors import CodecError
-from zkcoord.layout.znodes import (
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner, encode_owner
+from zkcoord.layout.registrations import (
     BrokerRegistration,
-    Command,
-    CommandOption,
     CoordinatorInfo,
-    GroupPhase,
-    GroupState,
     MemberRegistration,
     Pattern,
     TopicAssignment,
-    decode_int,
-    decode_owner,
-    encode_int,
-    encode_owner,
 )
+from zkcoord.layout.znodes import decode_int, encode_int
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-", min_size=1, max_size=40)
 topics = names.filter(lambda s: s not in (".", ".."))

@@ -41,8 +41,10 @@ from typing import Any, Literal, TypeVar
 from zkcoord.data.partlog import PartitionReader
 from zkcoord.errors import CodecError, InvalidNameError, LogError, NoNodeError, ZkCoordError
 from zkcoord.layout import paths
+from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner
 from zkcoord.layout.names import MAX_PARTITIONS, validate_group, validate_topic
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration, decode_int, decode_owner
+from zkcoord.layout.registrations import MemberRegistration
+from zkcoord.layout.znodes import decode_int
 from zkcoord.protocol.offset_reset import ResetRecord, out_of_range
 from zkcoord.zk import ReadKind, Stat, ZkClient
 

@@ -20,7 +20,7 @@ from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, Part
 from zkcoord.admin.groups import list_groups as read_groups
 from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
 from zkcoord.layout.names import validate_group
-from zkcoord.layout.znodes import Pattern
+from zkcoord.layout.registrations import Pattern
 from zkcoord.zk import ZkClient
 
 

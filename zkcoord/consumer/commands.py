@@ -45,7 +45,7 @@ from zkcoord.consumer.registration import check_channel, check_registration
 from zkcoord.consumer.vouch import Admission
 from zkcoord.errors import NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption
+from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.runtime.shutdown import RELEASE, StopReport
 from zkcoord.zk import ConnState
 

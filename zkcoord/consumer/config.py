@@ -14,7 +14,7 @@ from typing import Literal
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout.legacy_paths import check_group
 from zkcoord.layout.names import validate_group, validate_topic
-from zkcoord.layout.znodes import MAX_THREADS, MemberRegistration, Pattern
+from zkcoord.layout.registrations import MAX_THREADS, MemberRegistration, Pattern
 from zkcoord.protocol.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
 from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout

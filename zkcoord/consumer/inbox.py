@@ -24,7 +24,7 @@ from zkcoord.consumer.registration import check_registration
 from zkcoord.consumer.vouch import beyond_target, vouch
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command
+from zkcoord.layout.commands import Command
 
 if TYPE_CHECKING:
     from zkcoord.consumer.client import Consumer

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from zkcoord.consumer.legacy.registry import LegacyRegistry
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.layout import legacy_paths
-from zkcoord.layout.znodes import MemberRegistration
+from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.zk import ZkClient
 
 

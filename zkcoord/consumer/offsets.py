@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import decode_int, decode_owner, encode_int, encode_owner
+from zkcoord.layout.group_state import decode_owner, encode_owner
+from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 
 

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from zkcoord.errors import CodecError
-from zkcoord.layout.znodes import Command, GroupState
+from zkcoord.layout.commands import Command
+from zkcoord.layout.group_state import GroupState
 from zkcoord.zk import Stat
 
 

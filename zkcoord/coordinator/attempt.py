@@ -14,7 +14,8 @@ from zkcoord.coordinator.commands import Op, command_prefix
 from zkcoord.coordinator.plan import Moves, Plan
 from zkcoord.coordinator.snapshot import ReadResult
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, encode_owner
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import encode_owner
 from zkcoord.protocol.assignors import Assignment, shares
 
 

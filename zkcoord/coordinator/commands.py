@@ -35,7 +35,8 @@ from zkcoord.errors import (
     ZkUnavailableError,
 )
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.zk import Transaction
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,9 @@ from zkcoord.errors import (
     ZkUnavailableError,
 )
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupState, decode_int, encode_int
+from zkcoord.layout.group_state import GroupState
+from zkcoord.layout.registrations import CoordinatorInfo
+from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Transaction, ZkClient
 

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.errors import ConfigurationError
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, sticky_assign
 from zkcoord.protocol.subscriptions import resolve
 

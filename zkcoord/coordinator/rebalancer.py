@@ -61,7 +61,8 @@ from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase, GroupState, MemberRegistration
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.protocol.assignors import moved_partitions
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal

@@ -39,7 +39,7 @@ from enum import Enum
 from zkcoord.coordinator.election import MAX_EPOCH, Term, ensure_epoch_znode, try_elect
 from zkcoord.errors import BadVersionError, CodecError, EpochExhaustedError, NoNodeError, NotEmptyError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 from zkcoord.zk.types import OneShot

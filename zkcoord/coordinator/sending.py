@@ -24,7 +24,8 @@ from zkcoord.coordinator.plan import Moves
 from zkcoord.coordinator.snapshot import KnownMembers, with_owners_read_again
 from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CommandOption, GroupPhase, GroupState
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient

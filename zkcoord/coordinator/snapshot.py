@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from zkcoord.coordinator.plan import GroupSnapshot, Member
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import GroupState, MemberRegistration, decode_owner
+from zkcoord.layout.group_state import GroupState, decode_owner
+from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 
 _PARTITION = re.compile(r"0|[1-9][0-9]*")

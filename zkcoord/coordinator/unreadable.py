@@ -20,7 +20,7 @@ from zkcoord.coordinator.plan import Plan, unreadable_holders
 from zkcoord.coordinator.snapshot import KnownMembers, ReadResult, read_group
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import MemberRegistration
+from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient
 

@@ -19,7 +19,7 @@ from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.snapshot import Listing, forget_member, listing
 from zkcoord.data.topics import follow_partition_count
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.protocol.subscriptions import matches
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Stat, WatchEvent, WatchKind, ZkClient

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zkcoord.data.partlog import PartitionWriter
-from zkcoord.data.partlog.writer import LogRewound
+from zkcoord.data.partlog.rewind import LogRewound
 from zkcoord.errors import CodecError, ConfigurationError, NoNodeError, TopicNotFoundError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import TopicAssignment
+from zkcoord.layout.registrations import TopicAssignment
 from zkcoord.protocol.hashing import partition_for_key
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Stat, ZkClient

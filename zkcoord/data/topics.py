@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from zkcoord.broker import MAX_BROKER_ID
 from zkcoord.errors import (
     BadVersionError,
     CodecError,
@@ -23,7 +22,8 @@ from zkcoord.errors import (
 )
 from zkcoord.layout import paths
 from zkcoord.layout.names import validate_partition_count, validate_topic
-from zkcoord.layout.znodes import TopicAssignment
+from zkcoord.layout.paths import MAX_BROKER_ID
+from zkcoord.layout.registrations import TopicAssignment
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient
 

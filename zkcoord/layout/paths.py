@@ -26,6 +26,11 @@ def coordinator_term(epoch: int) -> str:
     return f"{COORDINATOR_TERMS}/{epoch}"
 
 
+#: The largest broker id: a Java int in Kafka, and the name of its registration znode (``/brokers/ids/<id>``), so the
+#: broker refuses a larger one and topic placement ignores a registration named past it.
+MAX_BROKER_ID = 2**31 - 1
+
+
 def broker(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
 

@@ -1,24 +1,15 @@
-"""The ZooKeeper boundary: this module and its helper :mod:`zkcoord.zk.handler` are the only ones of the product
-(``zkcoord``, ``consumer``) that import kazoo.  This one creates kazoo clients, sends every request and translates
-kazoo's exceptions; ``zk_handler`` holds kazoo's threading handler and closes a client (catching kazoo's exceptions
-of ``stop()``/``close()`` itself, and raising nothing).  The :attr:`ZkClient.kazoo` property is for tests (forcing a
-session expiry); ``zkcoord/bench/scale`` speaks ZooKeeper's wire protocol on its own, outside the product.
+"""The ZooKeeper boundary's client: the package :mod:`zkcoord.zk` is the only one of the product that imports kazoo.
+This module creates kazoo clients and sends every request; :mod:`zkcoord.zk.translate` translates kazoo's exceptions
+(and holds :class:`~zkcoord.zk.translate.Transaction`); :mod:`zkcoord.zk.many` sends pipelined bursts;
+:mod:`zkcoord.zk.handler` holds kazoo's threading handler and closes a client (catching kazoo's exceptions of
+``stop()``/``close()`` itself, and raising nothing).  The :attr:`ZkClient.kazoo` property is for tests (forcing a
+session expiry); ``zkcoord/bench/scale`` speaks ZooKeeper's wire protocol on its own, outside the product.  May import
+kazoo, :mod:`zkcoord.errors`, :mod:`zkcoord.runtime` and the rest of :mod:`zkcoord.zk`.
 
 Everything above these modules talks to :class:`ZkClient` and catches the project's own errors
-(:mod:`zkcoord.errors`).  The translation is done in a single context manager, :func:`translate`, so every
-operation maps failures the same way:
-
-=================================================  ===========================================
-kazoo                                              zkcoord
-=================================================  ===========================================
-``NoNodeError``                                    :class:`~zkcoord.errors.NoNodeError`
-``NodeExistsError``                                :class:`~zkcoord.errors.NodeExistsError`
-``BadVersionError``                                :class:`~zkcoord.errors.BadVersionError`
-``NotEmptyError``                                  :class:`~zkcoord.errors.NotEmptyError`
-``SessionExpiredError``                            :class:`~zkcoord.errors.ZkSessionExpiredError`
-``ConnectionLoss``, timeouts, closed connection    :class:`~zkcoord.errors.ZkUnavailableError` (retriable)
-any other kazoo error                              :class:`~zkcoord.errors.ZkError`
-=================================================  ===========================================
+(:mod:`zkcoord.errors`): every operation maps kazoo's failures through the one context manager
+:func:`~zkcoord.zk.translate.translate` (:mod:`zkcoord.zk.translate` has the table).  Pipelined bursts of reads
+and commits are in :mod:`zkcoord.zk.many`, behind the ``*_many`` methods.
 
 Threads (kazoo's threading handler): one connection thread that also runs state listeners, one worker that runs
 watch callbacks, one that runs completion callbacks.  Listeners and watch callbacks registered through this module
@@ -33,23 +24,25 @@ connections.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, cast
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.retry import KazooRetry
 
 from zkcoord import errors
 from zkcoord.runtime.shutdown import Deadline
+from zkcoord.zk import many
 from zkcoord.zk.config import ZkAddress, ZkConfig
-from zkcoord.zk.handler import PollThreadingHandler, Waiter, close_kazoo, on_negotiated_timeout
-from zkcoord.zk.types import ConnState, OneShot, Stat, WatchEvent, WatchKind
+from zkcoord.zk.handler import PollThreadingHandler, close_kazoo, on_negotiated_timeout
+from zkcoord.zk.many import ReadKind
+from zkcoord.zk.translate import Transaction, translate
+from zkcoord.zk.types import ConnState, Stat, WatchEvent, WatchKind
 
 log = logging.getLogger(__name__)
 
@@ -66,106 +59,10 @@ __all__ = [
 ]
 
 
-#: what :meth:`ZkClient.read_many` reads of a znode: its data, or its children
-ReadKind = Literal["get", "children"]
-
 _STATE_MAP = {KazooState.CONNECTED: ConnState.CONNECTED, KazooState.SUSPENDED: ConnState.SUSPENDED}
 
 #: How often a call waiting for its reply looks whether a stop deadline was set meanwhile (:meth:`ZkClient.bound`).
 _WAIT_SLICE_S = 0.2
-
-_UNAVAILABLE = (kz.ConnectionLoss, kz.OperationTimeoutError, kz.ConnectionClosedError, KazooTimeoutError)
-
-
-@contextlib.contextmanager
-def translate(path: str | None = None) -> Iterator[None]:
-    """Run the body and turn any kazoo exception into the project's typed error, chained to the original."""
-    try:
-        yield
-    except kz.NoNodeError as e:
-        raise errors.NoNodeError(f"znode {path or '?'} does not exist", path) from e
-    except kz.NodeExistsError as e:
-        raise errors.NodeExistsError(f"znode {path or '?'} already exists", path) from e
-    except kz.BadVersionError as e:
-        raise errors.BadVersionError(f"znode {path or '?'} changed concurrently (version mismatch)", path) from e
-    except kz.NotEmptyError as e:
-        raise errors.NotEmptyError(f"znode {path or '?'} has children", path) from e
-    except kz.SessionExpiredError as e:
-        raise errors.ZkSessionExpiredError("ZooKeeper session expired", path) from e
-    except _UNAVAILABLE as e:
-        raise errors.ZkUnavailableError(f"ZooKeeper unavailable ({type(e).__name__})", path) from e
-    except RetryFailedError as e:
-        raise errors.ZkUnavailableError("ZooKeeper unavailable (retries exhausted)", path) from e
-    except (kz.ZookeeperError, kz.KazooException) as e:
-        raise errors.ZkError(f"ZooKeeper error on {path or '?'}: {type(e).__name__} {e}", path) from e
-
-
-def _raise_op_error(result: BaseException, path: str | None) -> None:
-    """Re-raise a per-op transaction failure (kazoo returns them instead of raising) as a typed error."""
-    with translate(path):
-        raise result
-
-
-class Transaction:
-    """A ZooKeeper multi: all operations commit atomically or none does.
-
-    Built by :meth:`ZkClient.transaction`.  Not thread-safe.  :meth:`commit` raises instead of returning a list of
-    exceptions (kazoo's style): a failing ``check`` raises :class:`~zkcoord.errors.BadVersionError` (or
-    :class:`~zkcoord.errors.NoNodeError`) naming the checked path, which fencing code turns into
-    :class:`~zkcoord.errors.FencedError`.
-    """
-
-    def __init__(self, client: KazooClient, wait: Waiter) -> None:
-        self._txn = client.transaction()
-        self._wait = wait
-        self._paths: list[str] = []
-
-    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> None:
-        self._txn.create(path, value, ephemeral=ephemeral, sequence=sequence)
-        self._paths.append(path)
-
-    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
-        self._txn.set_data(path, value, version)
-        self._paths.append(path)
-
-    def delete(self, path: str, version: int = -1) -> None:
-        self._txn.delete(path, version)
-        self._paths.append(path)
-
-    def check(self, path: str, version: int) -> None:
-        self._txn.check(path, version)
-        self._paths.append(path)
-
-    def __len__(self) -> int:
-        return len(self._paths)
-
-    def commit(self, timeout: float | None = None) -> list[Any]:
-        """Commit; return kazoo's per-op results (created paths, stats, ``True``).  Waits for the reply at most
-        ``timeout`` seconds (default: as any call, until it comes), and never past the client's :meth:`ZkClient.bound`
-        deadline.
-
-        :raises ZkError: subclass for the first failing operation; :class:`ZkUnavailableError` if the outcome is
-            unknown because the connection was lost or no reply came in time (the caller must find out whether it
-            landed before retrying).
-        """
-        return self.commit_end(self.commit_begin(), timeout)
-
-    def commit_begin(self) -> Any:
-        """Send the transaction without waiting (for pipelining); finish with :meth:`commit_end`."""
-        with translate(self._paths[0] if self._paths else None):
-            return self._txn.commit_async()
-
-    def commit_end(self, pending: Any, timeout: float | None = None) -> list[Any]:
-        """Wait for a transaction sent by :meth:`commit_begin`; same results and errors as :meth:`commit`."""
-        path = self._paths[0] if self._paths else None
-        with translate(path):
-            results: list[Any] = self._wait(pending, path, timeout)
-        for path, result in zip(self._paths, results, strict=True):
-            # Ops before the failing one report RolledBackError, ops after it RuntimeInconsistency: the first
-            # error that is neither names the op that failed.
-            if isinstance(result, Exception) and not isinstance(result, kz.RolledBackError | kz.RuntimeInconsistency):
-                _raise_op_error(result, path)
-        return results
 
 
 class ZkClient:
@@ -414,6 +311,8 @@ class ZkClient:
         with translate(path):
             self._wait(self._send(path).sync_async(path), path)
 
+    # --- pipelined bursts (:mod:`zkcoord.zk.many`) ----------------------------------------------------------------
+
     def get_many(
         self,
         paths: Sequence[str],
@@ -426,26 +325,7 @@ class ZkClient:
         gets a one-shot data watch, as :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or
         ``RESET``).  :raises ZkError: for any other failure.
         """
-        kazoo = self._send(paths[0] if paths else None)
-        pending = [
-            (
-                path,
-                kazoo.get_async(path)
-                if watch is None or (watched is not None and path not in watched)
-                else kazoo.get_async(path, watch=OneShot(watch, path)),
-            )
-            for path in paths
-        ]
-        out: list[tuple[bytes, Stat] | None] = []
-        for path, result in pending:
-            try:
-                with translate(path):
-                    data, stat = self._wait(result, path)
-            except errors.NoNodeError:
-                out.append(None)
-                continue
-            out.append((data or b"", stat))
-        return out
+        return many.get_many(self._send(paths[0] if paths else None), self._wait, paths, watch, watched)
 
     def read_many(self, reads: Sequence[tuple[ReadKind, str]], timeout: float | None = None) -> list[Any]:
         """Run ``reads`` (``("get", path)`` or ``("children", path)``) in one pipelined burst; return their results in
@@ -454,20 +334,7 @@ class ZkClient:
 
         :raises ZkError: (typed) for any other failure, :class:`ZkUnavailableError` for a reply not in time.
         """
-        kazoo = self._send(reads[0][1] if reads else None)
-        pending = [
-            (kind, path, kazoo.get_async(path) if kind == "get" else kazoo.get_children_async(path))
-            for kind, path in reads
-        ]
-        out: list[Any] = []
-        for kind, path, result in pending:
-            try:
-                with translate(path):
-                    value = self._wait(result, path, timeout)
-            except errors.NoNodeError:
-                value = None
-            out.append(value if value is None or kind == "children" else ((value[0] or b""), value[1]))
-        return out
+        return many.read_many(self._send(reads[0][1] if reads else None), self._wait, reads, timeout)
 
     def children_many(
         self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
@@ -489,40 +356,16 @@ class ZkClient:
         """As :meth:`children_many`, with each listed node's own stat (``cversion`` counts its children's creations
         and deletions: two listings whose difference accounts for every change between their ``cversion`` s saw
         no child deleted and created again in between)."""
-        kazoo = self._send(paths[0] if paths else None)
-        pending = [
-            (
-                path,
-                kazoo.get_children_async(
-                    path, watch=None if watch is None else OneShot(watch, path), include_data=True
-                ),
-            )
-            for path in paths
-        ]
-        out: list[tuple[list[str], Stat] | None] = []
-        for path, result in pending:
-            try:
-                with translate(path):
-                    children, stat = self._wait(result, path)
-            except errors.NoNodeError:
-                out.append(None)
-                continue
-            out.append((children, stat))
-        return out
+        return many.children_stat_many(self._send(paths[0] if paths else None), self._wait, paths, watch)
 
     def commit_many(self, transactions: Sequence[Transaction]) -> list[list[Any] | errors.ZkError]:
         """Commit several transactions pipelined; ZooKeeper applies one session's requests in order.
 
         Returns, per transaction, its results or the typed error it failed with (never raises for one of them).
         """
-        pending = [txn.commit_begin() for txn in transactions]
-        out: list[list[Any] | errors.ZkError] = []
-        for txn, result in zip(transactions, pending, strict=True):
-            try:
-                out.append(txn.commit_end(result))
-            except errors.ZkError as e:
-                out.append(e)
-        return out
+        return many.commit_many(transactions)
+
+    # --- transactions and retries ---------------------------------------------------------------------------------
 
     def transaction(self) -> Transaction:
         return Transaction(self._send(None), self._wait)

@@ -7,7 +7,7 @@ worker with 25 consumers, a broker) that bookkeeping was half of the process's C
 500 partitions: ``selector_select`` 49 % of active samples).  ``poll()`` needs no kernel object: registering is a
 dictionary insert and the wait is one system call, and unlike ``select()`` it has no limit on descriptor numbers.
 
-Part of the ZooKeeper boundary (:mod:`zkcoord.zk`): with it, the only module of the product that imports kazoo.
+Part of the ZooKeeper boundary (:mod:`zkcoord.zk`), the only package of the product that imports kazoo.
 
 Same contract as kazoo's :class:`~kazoo.handlers.threading.SequentialThreadingHandler`, which this only narrows;
 the ``selectors_module`` hook it uses is kazoo's own (``kazoo.handlers.utils.selector_select``).

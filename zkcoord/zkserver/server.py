@@ -14,15 +14,15 @@ Where things come from:
 Every failure is a :class:`~zkcoord.errors.ZkServerError` whose message is one line that says what to do.  Nothing
 here is thread-safe: one thread drives a server at a time.  Linux only (``/proc``, ``pidfd_open``).
 
-The helpers (:func:`four_letter_word`, :func:`mntr`, :func:`find_java`...) live in :mod:`zkcoord.zkserver.util` and
-are re-exported here.
+The settings (:class:`~zkcoord.zkserver.config.ZkServerConfig`, :class:`~zkcoord.zkserver.config.QuorumPeer`) and
+the ``zoo.cfg`` made of them live in :mod:`zkcoord.zkserver.config`; the helpers (:func:`four_letter_word`,
+:func:`mntr`, :func:`find_java`...) in :mod:`zkcoord.zkserver.util`.  Both are re-exported here.  May import
+:mod:`zkcoord.errors` and :mod:`zkcoord.zkserver.{config,util}`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -35,6 +35,7 @@ from types import TracebackType
 from typing import Self
 
 from zkcoord.errors import ConfigurationError, ZkServerError
+from zkcoord.zkserver.config import QuorumPeer, ZkServerConfig, jvm_options, render_config
 from zkcoord.zkserver.util import (
     CONFIG_FILE,
     JAVA_HINT,
@@ -85,88 +86,6 @@ __all__ = [
 
 #: Servers handed over by :meth:`ZkServer.detach`, referenced until this process exits (see there why).
 _DETACHED: list[subprocess.Popen[bytes]] = []
-
-
-# --- configuration ------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ZkServerConfig:
-    """How to run one ZooKeeper server.  Validated on construction.
-
-    :param port: client port on 127.0.0.1; ``0`` picks a free one at the first ``start()`` and keeps it.
-    :param data_dir: where snapshots, transaction logs, ``zoo.cfg`` and the server log go; ``None`` makes a temporary
-        directory that ``close()`` removes.  An explicit directory is created if needed and never removed.
-    :param tick_time_ms: ZooKeeper's tick; session timeouts are bounded by multiples of it.  200 ms (not the usual
-        2000) so session expiry happens in tests within a second.
-    :param min_session_timeout_ms: ``None`` means 2 ticks, as in ZooKeeper (derived, so ``dataclasses.replace()`` of
-        the tick moves it along); :attr:`min_timeout_ms` is the value in force.
-    :param max_session_timeout_ms: upper bound the server grants to any client's requested session timeout.
-    :param init_limit: ticks a follower may take to connect and sync to a leader (quorum only).
-    :param sync_limit: ticks a follower may lag behind the leader (quorum only).
-    :param fsync: ``False`` sets ``forceSync=no``: faster writes, but a machine crash (not a process kill) may lose
-        the latest ones.  Fine for tests.
-    :param max_client_connections: per client IP; ``0`` means unlimited (ZooKeeper's default of 60 is easily hit by a
-        test suite, whose clients all come from 127.0.0.1).
-    :param heap_mb: the JVM's maximum heap.
-    :param start_timeout_s: how long ``start()`` waits for the server to serve.
-    :param stop_timeout_s: how long ``stop()`` waits after SIGTERM before it sends SIGKILL.
-    :param detached: start the JVM in its own session, so a Ctrl-C in the starting terminal does not reach it.
-    :param extra_config: further ``zoo.cfg`` lines as ``(key, value)`` pairs, written last (so they win).
-    """
-
-    port: int = 0
-    data_dir: Path | None = None
-    tick_time_ms: int = 200
-    min_session_timeout_ms: int | None = None
-    max_session_timeout_ms: int = 60_000
-    init_limit: int = 10
-    sync_limit: int = 5
-    fsync: bool = True
-    max_client_connections: int = 0
-    heap_mb: int = 256
-    start_timeout_s: float = 30.0
-    stop_timeout_s: float = 10.0
-    detached: bool = False
-    extra_config: tuple[tuple[str, str], ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigurationError(f"ZooKeeper port must be in 0..65535 (0 picks a free one), not {self.port}")
-        for name in ("tick_time_ms", "init_limit", "sync_limit", "heap_mb"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"ZooKeeper {name} must be at least 1, not {getattr(self, name)}")
-        if not 0 < self.min_timeout_ms <= self.max_session_timeout_ms:
-            raise ConfigurationError(
-                f"ZooKeeper session timeouts need 0 < min ({self.min_timeout_ms} ms) <= "
-                f"max ({self.max_session_timeout_ms} ms)"
-            )
-        if self.max_client_connections < 0:
-            raise ConfigurationError(f"max_client_connections must be >= 0, not {self.max_client_connections}")
-        if not (self.start_timeout_s > 0 and self.stop_timeout_s > 0):
-            raise ConfigurationError("ZooKeeper start and stop timeouts must be positive")
-        for key, value in self.extra_config:
-            if not re.fullmatch(r"[A-Za-z][\w.\-]*", key) or "\n" in value or "\r" in value:
-                raise ConfigurationError(f"invalid zoo.cfg entry {key!r}={value!r}")
-
-    @property
-    def min_timeout_ms(self) -> int:
-        """``min_session_timeout_ms`` with its default applied."""
-        return 2 * self.tick_time_ms if self.min_session_timeout_ms is None else self.min_session_timeout_ms
-
-
-@dataclasses.dataclass(frozen=True)
-class QuorumPeer:
-    """One member of a quorum, as every member's ``zoo.cfg`` lists it (``server.<myid>=127.0.0.1:quorum:election``)."""
-
-    myid: int
-    client_port: int
-    quorum_port: int
-    election_port: int
-
-    @property
-    def server_line(self) -> str:
-        return f"server.{self.myid}={LOOPBACK}:{self.quorum_port}:{self.election_port}"
 
 
 # --- the server ---------------------------------------------------------------------------------------------------
@@ -286,10 +205,10 @@ class ZkServer:
         if self._me is not None:
             check_port_free(self._me.quorum_port, "quorum port")
             check_port_free(self._me.election_port, "election port")
-        argv = [str(java), *self._jvm_options(), "-cp", os.pathsep.join(map(str, classpath)), MAIN_CLASS]
+        argv = [str(java), *jvm_options(self.config), "-cp", os.pathsep.join(map(str, classpath)), MAIN_CLASS]
         argv.append(str(self.config_path))
         try:
-            self.config_path.write_text(self._render_config(data_dir, self._port))
+            self.config_path.write_text(render_config(self.config, self.quorum, data_dir, self._port))
             if self._me is not None:
                 (data_dir / "myid").write_text(f"{self._me.myid}\n")
             log = open(self.log_path, "ab")  # noqa: SIM115 - closed below, once the child holds its own copy
@@ -481,42 +400,6 @@ class ZkServer:
         except OSError as err:
             raise ZkServerError(f"ZooKeeper data dir {data_dir} is not writable: {err.strerror or err}") from err
         return data_dir
-
-    def _render_config(self, data_dir: Path, port: int) -> str:
-        c = self.config
-        lines = [
-            "# Written by zkcoord at every start; edits are overwritten.",
-            f"tickTime={c.tick_time_ms}",
-            f"initLimit={c.init_limit}",
-            f"syncLimit={c.sync_limit}",
-            f"dataDir={data_dir}",
-            f"clientPort={port}",
-            f"clientPortAddress={LOOPBACK}",
-            f"minSessionTimeout={c.min_timeout_ms}",
-            f"maxSessionTimeout={c.max_session_timeout_ms}",
-            f"maxClientCnxns={c.max_client_connections}",
-            f"forceSync={'yes' if c.fsync else 'no'}",
-            "4lw.commands.whitelist=*",
-            "admin.enableServer=false",
-        ]
-        if self.quorum:
-            # A peer connecting to a dead peer's election port gives up after cnxTimeout (5 s by default), which
-            # would slow every re-election in fault-injection runs.
-            lines.append("cnxTimeout=1000")
-            lines += [peer.server_line for peer in self.quorum]
-        lines += [f"{key}={value}" for key, value in c.extra_config]
-        return "\n".join(lines) + "\n"
-
-    def _jvm_options(self) -> list[str]:
-        return [
-            f"-Xmx{self.config.heap_mb}m",
-            "-XX:+UseSerialGC",  # small heaps, fewer threads: several servers share a laptop's cores
-            "-XX:-UsePerfData",  # no /tmp/hsperfdata_* files left behind by killed servers
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ",
-        ]
 
     def _wait_exit(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for our JVM to exit (it doubles as the poll interval); return whether it did."""

@@ -22,7 +22,7 @@ from zkcoord.bench.consumer.common import (
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from zkcoord.errors import ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.zk import ZkClient
 
 log = logging.getLogger(__name__)

@@ -62,7 +62,7 @@ from zkcoord.data.partlog import PartitionWriter, WriterConfig
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError, ZkCoordError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig, mntr

@@ -68,7 +68,8 @@ from zkcoord.bench.scale.report import save, table
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase
+from zkcoord.layout.group_state import GroupPhase
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.testbed.procs import ChildProcess, ProcessError
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig

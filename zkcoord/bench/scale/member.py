@@ -43,7 +43,8 @@ from zkcoord.bench.scale.wire import (
 )
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import Command, CommandOption, MemberRegistration, Pattern
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 
 if TYPE_CHECKING:
     from zkcoord.bench.scale.swarm import Swarm

@@ -12,7 +12,7 @@ from typing import Any
 from zkcoord.bench.scale.params import WORK_EVENTS, say
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.znodes import GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.testbed.procs import ProcessError
 from zkcoord.zk import ZkClient
 

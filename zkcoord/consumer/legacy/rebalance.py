@@ -37,7 +37,7 @@ from zkcoord.consumer.legacy.assignment import decide
 from zkcoord.consumer.legacy.registry import AttemptFailedError
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import ZkCoordError, ZkError
-from zkcoord.layout.znodes import Pattern
+from zkcoord.layout.registrations import Pattern
 from zkcoord.zk import ConnState
 
 if TYPE_CHECKING:

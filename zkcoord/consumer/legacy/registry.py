@@ -27,7 +27,9 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import legacy_paths as paths
 from zkcoord.layout import paths as common
-from zkcoord.layout.znodes import MemberRegistration, Pattern, TopicAssignment, decode_int, encode_int, encode_owner
+from zkcoord.layout.group_state import encode_owner
+from zkcoord.layout.registrations import MemberRegistration, Pattern, TopicAssignment
+from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.protocol.subscriptions import matches
 from zkcoord.zk import ZkClient
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 from zkcoord.layout import legacy_paths as paths
 from zkcoord.layout import paths as common
-from zkcoord.layout.znodes import MemberRegistration, Pattern
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.protocol.subscriptions import matches
 from zkcoord.zk import ConnState, Stat, ZkClient
 

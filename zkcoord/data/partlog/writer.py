@@ -16,7 +16,10 @@ Concurrency model (see ``docs/partition-log.md``):
 * Offsets are never used twice.  After every append the writer records the log's end in the partition's
   high-water file (:mod:`zkcoord.data.partlog.highwater`).  A writer that finds the log ending below that mark (complete
   batches lost: a damaged disk, a machine crash, a person) bumps the file's epoch, reports a :class:`LogRewound`
-  (``on_rewind``), and gives its next batch the mark as base offset, flagged as following a gap.
+  (``on_rewind``), and gives its next batch the mark as base offset, flagged as following a gap.  That state and
+  check are :class:`~zkcoord.data.partlog.rewind.WriterMark`'s, which the writer owns.
+
+May import the rest of :mod:`zkcoord.data.partlog` and :mod:`zkcoord.errors`.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -53,21 +54,10 @@ from zkcoord.data.partlog.recovery import (
     refuse_older_format,
     trusted_entry,
 )
+from zkcoord.data.partlog.rewind import LogRewound, WriterMark
 from zkcoord.errors import CorruptLogError, LogError, LogLockedError
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LogRewound:
-    """A writer found the log ending at ``end_offset``, below the high-water mark ``high_water`` that earlier appends
-    recorded: offsets ``[end_offset, high_water)`` were handed out and their records are gone.  The next record gets
-    ``high_water`` (never one of those offsets again); ``epoch`` is the log's new rewind epoch."""
-
-    directory: Path
-    end_offset: int
-    high_water: int
-    epoch: int
 
 
 class PartitionWriter:
@@ -108,11 +98,9 @@ class PartitionWriter:
         self._on_truncation = on_truncation
         #: Every tail cut this writer made, oldest first.
         self.truncations: list[TailTruncation] = []
-        self._on_rewind = on_rewind
-        #: Every rewind this writer found, oldest first.
-        self.rewinds: list[LogRewound] = []
-        self._hw_fd: int | None = None
-        self._mark = hw.NONE  # the high-water mark and epoch as this writer last knew them
+        self._hw = WriterMark(self.directory, on_rewind)
+        #: Every rewind this writer found, oldest first (the list :class:`WriterMark` appends to).
+        self.rewinds: list[LogRewound] = self._hw.rewinds
         self._mutex = threading.Lock()
         self._lock_fd: int | None = None
         self._active: ActiveSegment | None = None
@@ -148,8 +136,7 @@ class PartitionWriter:
                     self._start_offset = segments[0]
                     if len(segments) > 1:
                         refuse_older_format(self.directory, segments[0])
-                    self._hw_fd = os.open(hw.path(self.directory), os.O_RDWR | os.O_CREAT, 0o644)
-                    self._mark = hw.read(self._hw_fd, hw.path(self.directory)) or hw.NONE
+                    self._hw.open()
                     self._switch_to(segments[-1])
                     self._follow_rolls()
                     self._check_rewound()
@@ -160,7 +147,7 @@ class PartitionWriter:
                         fcntl.flock(lock_fd, fcntl.LOCK_UN)
             except BaseException:
                 self._close_active()
-                self._close_high_water()
+                self._hw.close()
                 os.close(lock_fd)  # also releases an exclusive lock
                 raise
             self._lock_fd = lock_fd
@@ -179,7 +166,7 @@ class PartitionWriter:
         """Close the files (and release an exclusive lock).  Idempotent.  Does not fsync: see :meth:`flush`."""
         with self._mutex:
             self._close_active()
-            self._close_high_water()
+            self._hw.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
                 self._lock_fd = None
@@ -201,7 +188,7 @@ class PartitionWriter:
     def end_offset(self) -> int:
         """The offset the next record appended by *this* writer would get if no one else appends first (past a
         gap, if the log lost records: see :class:`LogRewound`)."""
-        return max(self._active.end_offset, self._mark.offset) if self._active else 0
+        return max(self._active.end_offset, self._hw.mark.offset) if self._active else 0
 
     @property
     def start_offset(self) -> int:
@@ -263,10 +250,10 @@ class PartitionWriter:
             if active.size > 0 and active.size + len(buf) > self.config.segment_bytes:
                 active = self._roll()
             # Past offsets that a lost part of the log handed out (a gap), never over them again.
-            base = max(active.end_offset, self._mark.offset)
+            base = max(active.end_offset, self._hw.mark.offset)
             seal_batch(buf, base, after_gap=base > active.end_offset)
             self._write_batch(active, buf, base, len(values))
-            self._set_mark(hw.HighWater(active.end_offset, self._mark.epoch, self._mark.lost))
+            self._hw.set(hw.HighWater(active.end_offset, self._hw.mark.epoch, self._hw.mark.lost))
         return base, base + len(values) - 1
 
     def _write_batch(self, active: ActiveSegment, buf: bytearray, base: int, count: int) -> None:
@@ -359,10 +346,10 @@ class PartitionWriter:
         # Another writer can only have moved the mark by appending or cutting (the size changed) or by recovering a
         # file deleted under us (nlink 0): otherwise the mark is ours, and the read is saved.
         changed = size != active.size or stat.st_nlink == 0
-        mark = hw.read(self._hw_fd, hw.path(self.directory)) if changed and self._hw_fd is not None else None
-        if mark is not None and (mark.epoch != self._mark.epoch or mark.offset > self._mark.offset):
-            rewound_elsewhere = mark.epoch != self._mark.epoch
-            self._mark = mark if mark.epoch >= self._mark.epoch else self._mark._replace(offset=mark.offset)
+        mark = self._hw.read() if changed else None
+        if mark is not None and (mark.epoch != self._hw.mark.epoch or mark.offset > self._hw.mark.offset):
+            rewound_elsewhere = mark.epoch != self._hw.mark.epoch
+            self._hw.mark = mark if mark.epoch >= self._hw.mark.epoch else self._hw.mark._replace(offset=mark.offset)
             if rewound_elsewhere:
                 # Another writer found the log shorter than it was: what we verified may be gone.  Start over.
                 self._switch_to(active.base)
@@ -448,46 +435,8 @@ class PartitionWriter:
                     logger.exception("on_truncation callback failed for %s", cut)
 
     def _check_rewound(self) -> None:
-        """If the log ends below the high-water mark, records that were handed out are gone: bump the epoch (so
-        readers drop what they knew of positions) and report it.  The next append skips to the mark."""
-        active = self._require_active()
-        if active.end_offset >= self._mark.offset or active.end_offset == self._mark.lost:
-            return  # nothing lost, or this very loss was found (and the epoch bumped) already
-        rewound = LogRewound(self.directory, active.end_offset, self._mark.offset, self._mark.epoch + 1)
-        self._set_mark(hw.HighWater(self._mark.offset, rewound.epoch, active.end_offset))
-        logger.warning(
-            "%s ends at offset %d, below its high-water mark %d: records %d..%d were lost; the next record gets "
-            "offset %d (epoch %d)",
-            self.directory,
-            rewound.end_offset,
-            rewound.high_water,
-            rewound.end_offset,
-            rewound.high_water - 1,
-            rewound.high_water,
-            rewound.epoch,
-        )
-        self.rewinds.append(rewound)
-        if self._on_rewind is not None:
-            try:
-                self._on_rewind(rewound)
-            except Exception:
-                logger.exception("on_rewind callback failed for %s", rewound)
-
-    def _set_mark(self, mark: hw.HighWater) -> None:
-        self._mark = mark
-        if self._hw_fd is None:
-            return
-        try:
-            hw.write(self._hw_fd, mark)
-        except OSError:
-            # The batch is in the log; failing the append would make the producer send it twice.  A stale mark
-            # only weakens the rewind check until the next append writes it again.
-            logger.warning("could not write the high-water mark of %s", self.directory, exc_info=True)
-
-    def _close_high_water(self) -> None:
-        if self._hw_fd is not None:
-            os.close(self._hw_fd)
-            self._hw_fd = None
+        """Report a log found ending below its high-water mark (:meth:`WriterMark.check`)."""
+        self._hw.check(self._require_active().end_offset)
 
     def _require_active(self) -> ActiveSegment:
         if self._active is None:

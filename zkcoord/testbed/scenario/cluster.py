@@ -18,7 +18,8 @@ from zkcoord.admin.groups import GroupStatus, describe_group
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError, ZkCoordError, ZkError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.znodes import CoordinatorInfo, GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.testbed.scenario.proxy import TcpProxy

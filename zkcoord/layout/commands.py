@@ -1,0 +1,204 @@
+"""Codec of the command channel ``/consumers/groups/<g>/commands/<consumerId>``: what the coordinator tells a member.
+
+:class:`Command` (a ``stop-fetcher`` or ``start-fetcher``, ``docs/protocol.md``) and the ownership map it carries
+(:data:`Ownership`, :func:`encode_ownership`, :func:`decode_ownership`, which :mod:`~zkcoord.layout.group_state`
+shares for a group's target).  Every ``decode`` validates and raises :class:`~zkcoord.errors.CodecError` on anything
+malformed (S7).
+
+Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names` and
+:mod:`zkcoord.layout.znodes` (the shared format).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Self
+
+from zkcoord.errors import CodecError, InvalidNameError
+from zkcoord.layout.names import MAX_PARTITIONS, validate_group, validate_topic
+from zkcoord.layout.znodes import FORMAT_VERSION, INT_TEXT, dump_object, get_field, load_object, nonneg_int
+
+
+class CommandOption(Enum):
+    STOP_FETCHER = "stop-fetcher"
+    START_FETCHER = "start-fetcher"
+
+
+Ownership = Mapping[str, Mapping[int, str]]
+"""``topic -> partition -> consumer thread id``: the part of a group's ownership map a command carries."""
+
+
+def encode_ownership(ownership: Ownership) -> dict[str, dict[str, str]]:
+    return {t: {str(p): th for p, th in sorted(parts.items())} for t, parts in sorted(ownership.items())}
+
+
+def decode_ownership(raw: Any, what: str, path: str | None) -> dict[str, dict[int, str]]:
+    if not isinstance(raw, dict):
+        raise CodecError(what, "ownership must be an object topic -> {partition: thread}", path)
+    out: dict[str, dict[int, str]] = {}
+    for topic_name, parts in raw.items():
+        try:
+            validate_topic(topic_name)
+        except InvalidNameError as e:
+            raise CodecError(what, str(e), path) from e
+        if not isinstance(parts, dict):
+            raise CodecError(what, f"ownership of topic {topic_name!r} must be an object", path)
+        decoded: dict[int, str] = {}
+        for p, thread in parts.items():
+            if not isinstance(p, str) or not INT_TEXT.fullmatch(p) or int(p) >= MAX_PARTITIONS:
+                raise CodecError(what, f"bad partition {p!r} in ownership of {topic_name!r}", path)
+            if not isinstance(thread, str) or not thread:
+                raise CodecError(what, f"bad thread id for {topic_name}/{p}", path)
+            decoded[int(p)] = thread
+        out[topic_name] = decoded
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One coordinator command in a consumer's channel (``docs/protocol.md``).
+
+    ``epoch`` is the coordinator epoch and ``generation`` the group generation it was issued under; consumers refuse
+    a command older than the newest they have seen (S5).  ``ownership`` is present on ``start-fetcher`` only and is
+    restricted to the receiving consumer's threads.  ``issued_ms`` is informational (latency accounting).
+
+    Incremental rebalances (``docs/protocol.md``): ``revoke`` on a ``stop-fetcher`` names the only partitions to
+    stop (``None``: all of them, the eager protocol); ``incremental`` on a ``start-fetcher`` says ``ownership`` is the
+    consumer's whole new assignment, of which the partitions it already fetches on the same thread keep running
+    (without it, every fetcher starts afresh).
+
+    A hand-over (an incremental rebalance in one step): ``handover`` on a ``stop-fetcher`` gives, for each revoked
+    partition, the thread to hand it to -- the consumer writes that thread into the partition's owner znode in the
+    transaction that commits its offset; ``awaiting`` on an incremental ``start-fetcher`` names the partitions of
+    ``ownership`` whose previous owner hands them over so: the consumer starts each once its owner znode names it.
+
+    ``incarnation`` is the ``czxid`` of the registration the command is meant for: a consumer that registered again
+    since (a new session, under the same id) refuses it, so nothing planned for its previous session is applied in
+    its new one.
+    """
+
+    option: CommandOption
+    epoch: int
+    generation: int
+    group: str
+    ownership: Ownership = field(default_factory=dict)
+    issued_ms: int = 0
+    revoke: Mapping[str, tuple[int, ...]] | None = None
+    incremental: bool = False
+    incarnation: int | None = None
+    handover: Ownership | None = None
+    awaiting: Mapping[str, tuple[int, ...]] | None = None
+
+    def encode(self) -> bytes:
+        obj: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "option": self.option.value,
+            "epoch": self.epoch,
+            "generation": self.generation,
+            "group": self.group,
+            "issued": str(self.issued_ms),
+        }
+        if self.option is CommandOption.START_FETCHER:
+            obj["ownership"] = encode_ownership(self.ownership)
+            if self.incremental:
+                obj["incremental"] = True
+            if self.awaiting:
+                obj["awaiting"] = {t: sorted(ps) for t, ps in sorted(self.awaiting.items())}
+        elif self.revoke is not None:
+            obj["revoke"] = {t: sorted(ps) for t, ps in sorted(self.revoke.items())}
+            if self.handover:
+                obj["handover"] = encode_ownership(self.handover)
+        if self.incarnation is not None:
+            obj["incarnation"] = self.incarnation
+        return dump_object(obj)
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "command"
+        obj = load_object(what, data, path)
+        raw_option = get_field(obj, "option", str, what, path)
+        try:
+            option = CommandOption(raw_option)
+        except ValueError as e:
+            raise CodecError(what, f"unknown option {raw_option!r}", path) from e
+        group_name = get_field(obj, "group", str, what, path)
+        try:
+            validate_group(group_name)
+        except InvalidNameError as e:
+            raise CodecError(what, str(e), path) from e
+        issued = obj.get("issued", "0")
+        if not isinstance(issued, str) or not INT_TEXT.fullmatch(issued):
+            raise CodecError(what, "field 'issued' must be a decimal string", path)
+        incremental = obj.get("incremental", False)
+        if not isinstance(incremental, bool):
+            raise CodecError(what, "field 'incremental' must be a boolean", path)
+        if option is CommandOption.START_FETCHER:
+            ownership, awaiting = _decode_start(obj, incremental, what, path)
+            revoke, handover = None, None
+        else:
+            revoke, handover = _decode_stop(obj, incremental, what, path)
+            ownership, awaiting = {}, None
+        return cls(
+            option=option,
+            epoch=nonneg_int(obj, "epoch", what, path),
+            generation=nonneg_int(obj, "generation", what, path),
+            group=group_name,
+            ownership=ownership,
+            issued_ms=int(issued),
+            revoke=revoke,
+            incremental=incremental,
+            incarnation=nonneg_int(obj, "incarnation", what, path) if "incarnation" in obj else None,
+            handover=handover,
+            awaiting=awaiting,
+        )
+
+
+def _decode_start(
+    obj: dict[str, Any], incremental: bool, what: str, path: str | None
+) -> tuple[dict[str, dict[int, str]], dict[str, tuple[int, ...]] | None]:
+    """A start-fetcher's ownership and awaited partitions."""
+    ownership = decode_ownership(obj.get("ownership"), what, path)
+    if "revoke" in obj or "handover" in obj:
+        raise CodecError(what, "a start-fetcher command carries no revoke list or hand-over", path)
+    if "awaiting" not in obj:
+        return ownership, None
+    awaiting = _decode_revoke(obj["awaiting"], what, path, "awaiting")
+    if not incremental or any(p not in ownership.get(t, {}) for t, ps in awaiting.items() for p in ps):
+        raise CodecError(what, "'awaiting' must name partitions of an incremental start's ownership", path)
+    return ownership, awaiting
+
+
+def _decode_stop(
+    obj: dict[str, Any], incremental: bool, what: str, path: str | None
+) -> tuple[dict[str, tuple[int, ...]] | None, dict[str, dict[int, str]] | None]:
+    """A stop-fetcher's revoke list and hand-over."""
+    if "ownership" in obj:
+        raise CodecError(what, "a stop-fetcher command carries no ownership", path)
+    if incremental or "awaiting" in obj:
+        raise CodecError(what, "'incremental' and 'awaiting' belong to start-fetcher only", path)
+    revoke = _decode_revoke(obj["revoke"], what, path) if "revoke" in obj else None
+    if "handover" not in obj:
+        return revoke, None
+    handover = decode_ownership(obj["handover"], what, path)
+    if revoke is None or any(p not in revoke.get(t, ()) for t, ps in handover.items() for p in ps):
+        raise CodecError(what, "'handover' must name partitions of the revoke list", path)
+    return revoke, handover
+
+
+def _decode_revoke(raw: Any, what: str, path: str | None, name: str = "revoke") -> dict[str, tuple[int, ...]]:
+    if not isinstance(raw, dict):
+        raise CodecError(what, f"{name} must be an object topic -> [partitions]", path)
+    out: dict[str, tuple[int, ...]] = {}
+    for topic_name, parts in raw.items():
+        try:
+            validate_topic(topic_name)
+        except InvalidNameError as e:
+            raise CodecError(what, str(e), path) from e
+        if not isinstance(parts, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and 0 <= p < MAX_PARTITIONS for p in parts
+        ):
+            raise CodecError(what, f"{name} of topic {topic_name!r} must be a list of partition numbers", path)
+        out[topic_name] = tuple(sorted(set(parts)))
+    return out

@@ -1,0 +1,231 @@
+"""Codecs of the znodes that say who is there: brokers, topics, the coordinator, group members.
+
+``/brokers/ids/<id>`` (:class:`BrokerRegistration`), ``/brokers/topics/<topic>`` (:class:`TopicAssignment`),
+``/consumers/coordinator`` (:class:`CoordinatorInfo`) and ``/consumers/groups/<g>/ids/<consumerId>``
+(:class:`MemberRegistration`), in Kafka 0.8's JSON where it had one (``docs/zookeeper-layout.md``).  Every ``decode``
+validates and raises :class:`~zkcoord.errors.CodecError` on anything malformed (S7).
+
+Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names` and
+:mod:`zkcoord.layout.znodes` (the shared format).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Self
+
+from zkcoord.errors import CodecError, InvalidNameError
+from zkcoord.layout.names import MAX_PARTITIONS, validate_topic
+from zkcoord.layout.znodes import (
+    FORMAT_VERSION,
+    INT_TEXT,
+    dump_object,
+    get_field,
+    load_object,
+    nonneg_int,
+    timestamp_field,
+)
+
+# --- brokers -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """``/brokers/ids/<id>``: Kafka 0.8.2's ``registerBrokerInZk`` JSON."""
+
+    host: str
+    port: int
+    timestamp_ms: int
+    jmx_port: int = -1
+
+    def encode(self) -> bytes:
+        return dump_object(
+            {
+                "version": FORMAT_VERSION,
+                "host": self.host,
+                "port": self.port,
+                "jmx_port": self.jmx_port,
+                "timestamp": str(self.timestamp_ms),
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "broker registration"
+        obj = load_object(what, data, path)
+        host = get_field(obj, "host", str, what, path)
+        port = nonneg_int(obj, "port", what, path)
+        if port > 65535:
+            raise CodecError(what, f"port {port} out of range", path)
+        jmx = obj.get("jmx_port", -1)
+        if not isinstance(jmx, int) or isinstance(jmx, bool):
+            raise CodecError(what, "field 'jmx_port' must be int", path)
+        return cls(host=host, port=port, timestamp_ms=timestamp_field(obj, what, path), jmx_port=jmx)
+
+
+# --- topics ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """``/brokers/topics/<topic>``: ``{"version":1,"partitions":{"0":[broker ids],...}}`` (Kafka's replica map).
+
+    Partitions are numbered ``0..n-1`` without gaps; each lists its replica broker ids (the first is the preferred
+    leader in Kafka; here the data plane is a shared disk, so the list records placement only).
+    """
+
+    replicas: tuple[tuple[int, ...], ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.replicas)
+
+    def encode(self) -> bytes:
+        return dump_object(
+            {"version": FORMAT_VERSION, "partitions": {str(p): list(r) for p, r in enumerate(self.replicas)}}
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "topic assignment"
+        obj = load_object(what, data, path)
+        parts = get_field(obj, "partitions", dict, what, path)
+        if not parts:
+            raise CodecError(what, "no partitions", path)
+        if len(parts) > MAX_PARTITIONS:
+            raise CodecError(what, f"{len(parts)} partitions exceeds the limit {MAX_PARTITIONS}", path)
+        replicas: dict[int, tuple[int, ...]] = {}
+        for key, ids in parts.items():
+            if not INT_TEXT.fullmatch(key):
+                raise CodecError(what, f"partition key {key!r} is not a partition number", path)
+            if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                raise CodecError(what, f"replicas of partition {key} must be a list of broker ids", path)
+            replicas[int(key)] = tuple(ids)
+        if sorted(replicas) != list(range(len(replicas))):
+            raise CodecError(what, f"partitions must be numbered 0..{len(replicas) - 1} without gaps", path)
+        return cls(replicas=tuple(replicas[p] for p in range(len(replicas))))
+
+
+# --- coordinator -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorInfo:
+    """``/consumers/coordinator``: who coordinates, and under which epoch (Kafka's ``/controller`` plus the epoch)."""
+
+    broker_id: int
+    epoch: int
+    timestamp_ms: int
+
+    def encode(self) -> bytes:
+        return dump_object(
+            {
+                "version": FORMAT_VERSION,
+                "brokerid": self.broker_id,
+                "epoch": self.epoch,
+                "timestamp": str(self.timestamp_ms),
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "coordinator info"
+        obj = load_object(what, data, path)
+        return cls(
+            broker_id=nonneg_int(obj, "brokerid", what, path),
+            epoch=nonneg_int(obj, "epoch", what, path),
+            timestamp_ms=timestamp_field(obj, what, path),
+        )
+
+
+# --- group members -----------------------------------------------------------------------------------------------
+
+
+class Pattern(Enum):
+    """Kafka 0.8's ``TopicCount`` patterns."""
+
+    STATIC = "static"
+    WHITE_LIST = "white_list"
+    BLACK_LIST = "black_list"
+
+
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRegistration:
+    """``/consumers/groups/<g>/ids/<consumerId>``: Kafka 0.8's consumer registration.
+
+    ``subscription`` maps a topic (static) or a single regex (``white_list``/``black_list``) to a thread count.
+    Regexes are checked for syntax here; matching them against topics is the coordinator's business.
+
+    ``migrating`` marks a coordinator-protocol member of a group that still has ``zk-client`` members (live
+    migration, ``docs/migration.md``); ``incremental`` says the member can be rebalanced incrementally (partial
+    stop-fetcher, additive start-fetcher: ``docs/protocol.md``).  Each is written only when true, so other
+    registrations stay byte-for-byte Kafka 0.8's, and 0.8's readers ignore the extra keys.
+    """
+
+    pattern: Pattern
+    subscription: Mapping[str, int]
+    timestamp_ms: int
+    migrating: bool = False
+    incremental: bool = False
+
+    def encode(self) -> bytes:
+        obj: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "pattern": self.pattern.value,
+            "subscription": dict(self.subscription),
+            "timestamp": str(self.timestamp_ms),
+        }
+        if self.migrating:
+            obj["migrating"] = True
+        if self.incremental:
+            obj["incremental"] = True
+        return dump_object(obj)
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "consumer registration"
+        obj = load_object(what, data, path)
+        raw_pattern = get_field(obj, "pattern", str, what, path)
+        try:
+            pattern = Pattern(raw_pattern)
+        except ValueError as e:
+            known = ", ".join(p.value for p in Pattern)
+            raise CodecError(what, f"unknown pattern {raw_pattern!r} (expected one of {known})", path) from e
+        sub = get_field(obj, "subscription", dict, what, path)
+        if not sub:
+            raise CodecError(what, "empty subscription", path)
+        for key, threads in sub.items():
+            if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= MAX_THREADS:
+                raise CodecError(what, f"thread count for {key!r} must be an integer in 1..{MAX_THREADS}", path)
+            if pattern is Pattern.STATIC:
+                try:
+                    validate_topic(key)
+                except InvalidNameError as e:
+                    raise CodecError(what, str(e), path) from e
+        if pattern is not Pattern.STATIC:
+            if len(sub) != 1:
+                raise CodecError(what, f"a {pattern.value} subscription holds exactly one regex", path)
+            regex = next(iter(sub))
+            try:
+                re.compile(regex)
+            except re.error as e:
+                raise CodecError(what, f"invalid regex {regex!r}: {e}", path) from e
+        migrating = obj.get("migrating", False)
+        if not isinstance(migrating, bool):
+            raise CodecError(what, "field 'migrating' must be a boolean", path)
+        incremental = obj.get("incremental", False)
+        if not isinstance(incremental, bool):
+            raise CodecError(what, "field 'incremental' must be a boolean", path)
+        return cls(
+            pattern=pattern,
+            subscription=dict(sub),
+            timestamp_ms=timestamp_field(obj, what, path),
+            migrating=migrating,
+            incremental=incremental,
+        )
