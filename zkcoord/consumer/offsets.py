@@ -374,11 +374,16 @@ class OffsetStore:
     def _recheck_other_znodes(
         self, todo: dict[TopicPartition, int], handing: dict[TopicPartition, str], fenced: list[TopicPartition]
     ) -> set[TopicPartition]:
-        """Before a commit: read the owner znodes of ``todo`` and ``handing`` (one pipelined read); one that exists
-        but is not the znode its claim was read from (another ``czxid``: deleted and created again since, which a
-        version check could let pass) is looked at again now (:meth:`_recheck`), and lost unless it is still ours.
-        Returns the partitions looked at again.  Lock held.  :raises ZkError: on I/O failure."""
-        tps = sorted({*todo, *handing})
+        """Before a commit: read the owner znodes of ``todo`` and ``handing`` whose claim was read at version 0 (one
+        pipelined read); one that exists but is not the znode its claim was read from (another ``czxid``: deleted and
+        created again since, back at version 0, which the transaction's version check would let pass) is looked at
+        again now (:meth:`_recheck`), and lost unless it is still ours.  Only version-0 claims need it, so a commit
+        usually costs no read: the coordinator and the repairs leave owner znodes at version 1 or more (they create
+        then set them), and a hand-over sets them.  Returns the partitions looked at again.  Lock held.
+        :raises ZkError: on I/O failure."""
+        tps = sorted(tp for tp in {*todo, *handing} if self._claims[tp].owner_version == 0)
+        if not tps:
+            return set()
         reads = self.zk.get_many([paths.owner(self.group, tp.topic, tp.partition) for tp in tps])
         other = {tp for tp, got in zip(tps, reads, strict=True) if got and got[1].czxid != self._claims[tp].owner_czxid}
         for tp in sorted(other):
@@ -401,7 +406,9 @@ class OffsetStore:
         try:
             if found is None:
                 self.zk.ensure_path(paths.owners(self.group, tp.topic))
-                stat = self.zk.create_stat(path, encode_owner(thread))
+                created = self.zk.create_stat(path, encode_owner(thread))
+                # Then set once: a claim at version 1 or more needs no read before its commits (see above).
+                stat = self.zk.set(path, encode_owner(thread), created.version)
             else:
                 stat = self.zk.set(path, encode_owner(thread), found.version)
         except (NodeExistsError, BadVersionError, NoNodeError):

@@ -154,7 +154,10 @@ def ownership_ops(attempt: Attempt) -> list[Op]:
             if (topic, p) in handed:
                 continue
             if held is None and (topic, p) not in unreadable:
+                # Created, then set once: an owner znode at version 0 can only be one created again by hand, which a
+                # claim's version check alone would take for the one it read (zkcoord.consumer.offsets).
                 ops.append(Op("create", paths.owner(g, topic, p), encode_owner(thread)))
+                ops.append(Op("set", paths.owner(g, topic, p), encode_owner(thread)))
             elif held != thread:
                 ops.append(Op("set", paths.owner(g, topic, p), encode_owner(thread)))
     for topic, p in sorted({(t, q) for t in old for q in old[t]} | unreadable):
