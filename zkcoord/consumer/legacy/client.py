@@ -36,7 +36,6 @@ from types import TracebackType
 from typing import Self
 
 from zkcoord.consumer import shared
-from zkcoord.consumer.commits import commit_step
 from zkcoord.consumer.config import ConsumerConfig, new_consumer_id
 from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.legacy.config import LegacyConfig
@@ -232,7 +231,7 @@ class LegacyConsumer:
                 todo = {tp: p for tp, p in self.ownership.stopped.items() if tp in owned}
                 if uncommitted := sum(1 for tp, p in todo.items() if self.registry.checkpointed.get(tp) != p):
                     log.warning("consumer %s: closing without the final commit: %s", self.consumer_id, e)
-                    report.skip(commit_step(e), e, uncommitted=uncommitted)
+                    report.skip(shared.commit_step(e), e, uncommitted=uncommitted)
         return sorted(set(positions) | set(owned))
 
     def _release(self, report: StopReport) -> None:
