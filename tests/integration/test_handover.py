@@ -199,7 +199,9 @@ def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
         zk.ensure_path(paths.owners(GROUP, TOPIC))
         zk.create(paths.owner(GROUP, TOPIC, 1), encode_owner("g_h-1-0000ffff-0"))
         awaiting = send(zk, gainer, start(2, gainer, {1: new}, awaiting=(1,)))
-        wait_until(lambda: bool(failed) and gainer.handler._pending is not None, 10, "the failed read, then a wait")
+        wait_until(
+            lambda: bool(failed) and gainer.handler.state.pending is not None, 10, "the failed read, then a wait"
+        )
         assert not gone(zk, awaiting), "the start acknowledged itself"
         zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))  # the hand-over
         wait_until(lambda: P1 in gainer.assignment() and gone(zk, awaiting), 10, "partition 1 started, then acked")
@@ -209,7 +211,7 @@ def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
 def test_a_lost_acknowledgement_of_a_finished_wait_is_retried(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
     with ExitStack() as stack:
         gainer, new, awaiting = _awaiting_gainer(zk, zk_hosts, tmp_path, stack)
-        wait_until(lambda: gainer.handler._pending is not None, 10, "the wait")
+        wait_until(lambda: gainer.handler.state.pending is not None, 10, "the wait")
         real_delete, failed = gainer.zk.delete, list[bool]()
 
         def delete_failing_once(path: str, *args: object, **kw: object) -> None:
@@ -229,7 +231,7 @@ def test_a_wait_ends_with_the_session_and_is_acknowledged_after_registering_agai
 ) -> None:
     with ExitStack() as stack:
         gainer, new, awaiting = _awaiting_gainer(zk, zk_hosts, tmp_path, stack)
-        wait_until(lambda: gainer.handler._pending is not None, 10, "the wait")
+        wait_until(lambda: gainer.handler.state.pending is not None, 10, "the wait")
         incarnation = gainer.incarnation
         expire_session(gainer.zk.kazoo)
         wait_until(lambda: gainer.incarnation not in (None, incarnation), 20, "registered again")

@@ -192,7 +192,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
         consumer = Consumer(config, journal=Journal(tmp_path / "journal", "consumer"))
         running = threading.Event()
         running.set()
-        next_event = consumer.next_event
+        next_event = consumer.core.next_event
 
         def slow_next_event() -> tuple[str, object]:
             event = next_event()
@@ -200,10 +200,10 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
             return event
 
         def queued(kind: str) -> bool:
-            with consumer._events.mutex:
-                return any(event[0] == kind for event in consumer._events.queue)
+            with consumer.core.events.mutex:
+                return any(event[0] == kind for event in consumer.core.events.queue)
 
-        consumer.next_event = slow_next_event  # type: ignore[method-assign]
+        consumer.core.next_event = slow_next_event  # type: ignore[method-assign]
         stack.enter_context(consumer)
         thread = f"{consumer.consumer_id}-0"
         for p in (0, 1):
@@ -222,7 +222,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
         # again, that retry runs in the new session before the loss is handled -- the interleaving under test.
         wait_until(lambda: queued("legacy-claim"), 10, "a claim retry queued in the new session")
         running.set()
-        wait_until(lambda: consumer.registrations >= 2 and not consumer.handler._lost, 15, "registered again")
+        wait_until(lambda: consumer.registrations >= 2 and not consumer.handler.lost, 15, "registered again")
         assert other.exists(held) is None, "a claim landed in the new session before the loss was handled"
         assert consumer.assignment() == {}
 
@@ -237,7 +237,7 @@ def test_a_session_loss_with_claims_pending_leaves_no_owner_znode_behind_and_reg
 
         consumer.zk.create_stat = flaky_create  # type: ignore[method-assign]
         expire_session(consumer.zk.kazoo)
-        wait_until(lambda: consumer.registrations >= 3 and not consumer.handler._lost, 15, "registered a third time")
+        wait_until(lambda: consumer.registrations >= 3 and not consumer.handler.lost, 15, "registered a third time")
         assert not failures, "the injected failure was never met"
         assert other.exists(paths.member(GROUP, consumer.consumer_id)) is not None
         assert other.exists(legacy_paths.member(GROUP, consumer.consumer_id)) is not None

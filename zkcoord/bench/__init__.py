@@ -5,8 +5,8 @@
   rebalance latency with every consumer in one process;
 * :mod:`zkcoord.bench.rebalance`: ``zkcoord bench rebalance``, rebalance latency of each consumer protocol with
   every consumer a real ZooKeeper session in worker processes, against a ZooKeeper floor taken in the same run;
-* :mod:`zkcoord.bench.analyze`: ``zkcoord bench analyze``, the Spark analysis against one Python process on
-  synthetic journals;
+* :mod:`zkcoord.bench.analyze`: ``zkcoord bench analyze``, the Spark analysis against one Python process
+  (:mod:`zkcoord.bench.analyze_python`) on synthetic journals;
 * :mod:`zkcoord.bench.scale`: ``zkcoord bench scale``, the coordinator with many groups and sessions, and its
   failovers at that size;
 * :mod:`zkcoord.bench.common`: the results directory, the sizes, the JSON envelope and :class:`BenchError`.

@@ -21,6 +21,10 @@ Stopping (:meth:`Consumer.close`) is bounded by ``config.shutdown_timeout_s`` wh
 (:mod:`zkcoord.runtime.shutdown`): fetching stops first, then the final commit, the release and the deregistration are
 tried within the budget, then the session is closed without waiting past it.
 
+Layers (imports go one way): this facade builds :class:`zkcoord.consumer.core.ConsumerCore` (the state and services
+the command thread shares: session, stores, fetcher, registration, event queue) and the command handler
+(:mod:`zkcoord.consumer.commands`) over it; nothing below imports this module.
+
 S6: records are handed out only while the lease is valid; the lease is renewed by acknowledged round trips,
 measured from when each was *sent*, and lasts half the session timeout, so a paused or cut-off consumer stops
 handing out records before the server can have expired its session and let the coordinator reassign its partitions.
@@ -30,27 +34,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from zkcoord.consumer import shared
-from zkcoord.consumer.commands import CommandHandler, Rebalance
+from zkcoord.consumer.commands import CommandHandler
 from zkcoord.consumer.commits import Closing, FinalCommit
 from zkcoord.consumer.config import ConsumerConfig, new_consumer_id
+from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.fetcher import FetchManager
+from zkcoord.consumer.handler_state import Rebalance
 from zkcoord.consumer.lease import Lease, lease_duration
-from zkcoord.consumer.migration import MigrationBridge
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
-from zkcoord.errors import NodeExistsError, NoNodeError, ZkError
+from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
-from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient, ZkConfig
+from zkcoord.zk import ConnState, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,26 +97,35 @@ class Consumer:
             offset_reset=config.offset_reset,
             on_reset=self.resets.report,
         )
-        self._events: queue.Queue[tuple[str, object]] = queue.Queue()
+        self.core = ConsumerCore(
+            config,
+            self.consumer_id,
+            journal=self.journal,
+            zk=self.zk,
+            lease=self.lease,
+            offsets=self.offsets,
+            fetcher=self.fetcher,
+            clock=clock,
+            wall_ms=wall_ms,
+        )
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
-        self.bridge: MigrationBridge | None = None
-        if config.migrating:
-            self.bridge = MigrationBridge(
-                self.zk, config.group, self.consumer_id, lambda: self._events.put(("legacy-claim", None))
-            )
-        self.handler = CommandHandler(self, on_partitions_revoked, on_partitions_assigned)
+        self.bridge = self.core.bridge
+        self._closing = self.core.closing
+        self.handler = CommandHandler(self.core, on_partitions_revoked, on_partitions_assigned)
         self._threads: list[threading.Thread] = []
-        self._closing = threading.Event()
         self._started_at = 0.0
         self._delivered = 0
         self._last_commit = 0.0
-        self.registrations = 0
-        #: the session of our latest registration: only round trips in it renew the lease
-        self.registered_session = 0
-        #: czxid of our current registration (None while not registered): see ``Command.incarnation``
-        self.incarnation: int | None = None
-        #: the data of our current registration as we wrote it (what a damaged one is repaired to)
-        self.registered_data: bytes | None = None
+
+    @property
+    def registrations(self) -> int:
+        """How many times we registered (1 after ``start()``; one more after each registration that ended)."""
+        return self.core.registrations
+
+    @property
+    def incarnation(self) -> int | None:
+        """czxid of our current registration (None while not registered): see ``Command.incarnation``."""
+        return self.core.incarnation
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -128,29 +141,23 @@ class Consumer:
         self.lease.renew(sent)
         self.zk.add_listener(self._on_state)
         self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
-        self.register()
+        self.core.register()
         self.fetcher.start()
         for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):
             thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        self.watch_channel()
+        self.core.watch_channel()
         # Our own znodes, repaired by the command thread if someone damages them (zkcoord.consumer.registration).
         self.zk.watch_data(
-            paths.member(self.config.group, self.consumer_id), lambda _d, _s: self._events.put(("registration", None))
+            paths.member(self.config.group, self.consumer_id),
+            lambda _d, _s: self.core.events.put(("registration", None)),
         )
         self.zk.watch_data(
             paths.channel(self.config.group, self.consumer_id),
-            lambda _d, stat: self._events.put(("channel-node", None if stat is None else stat.czxid)),
+            lambda _d, stat: self.core.events.put(("channel-node", None if stat is None else stat.czxid)),
         )
         return self
-
-    def watch_channel(self) -> None:
-        """Watch our channel's children (the command thread gets each listing).  The channel must exist; a deleted
-        one ends the watch, and is created and watched again (``zkcoord.consumer.registration``)."""
-        self.zk.watch_children(
-            paths.channel(self.config.group, self.consumer_id), lambda children: self._events.put(("channel", children))
-        )
 
     def _fit_lease(self) -> None:
         """The lease is a fraction of the session timeout the server *granted* (it may be shorter than asked for:
@@ -164,48 +171,7 @@ class Consumer:
             self._fit_lease()  # before any round trip of this session can renew it
         else:
             self.lease.invalidate()
-        self._events.put(("state", state))
-
-    def register(self) -> None:
-        """Create our member znode (ephemeral, Kafka's JSON).  Called on start and after a session expiry.
-
-        A migrating consumer registers in Kafka 0.8's registry first, so that the zk-client members leave our share
-        alone before the coordinator gives it to us.
-        """
-        reg = self.config.subscription.registration(
-            self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
-        )
-        if self.bridge is not None:
-            self.bridge.register(reg, self.config.session_timeout_s * 2, self._closing)
-        path = paths.member(self.config.group, self.consumer_id)
-        stat: Stat | None
-        try:
-            stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            stat = self.zk.exists(path)
-            if stat is None:
-                raise
-            if stat.ephemeralOwner != self.zk.session_id:
-                # Not ours (someone wrote at our id; an expired session's ephemerals are gone before we have a new
-                # one): replace it, conditionally on the version seen, so a concurrent change makes us try again.
-                self.zk.delete(path, stat.version)
-                stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
-                log.warning("consumer %s: replaced a registration at our id that was not ours", self.consumer_id)
-        # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
-        self.incarnation = stat.czxid
-        self.registered_data = reg.encode()
-        self.registrations += 1
-        self.registered_session = self.zk.session_id
-        self.journal.emit(
-            "consumer.registered",
-            group=self.config.group,
-            consumer=self.consumer_id,
-            pattern=reg.pattern.value,
-            subscription=dict(reg.subscription),
-            session=f"{self.zk.session_id:#x}",
-            registrations=self.registrations,
-            **({"migrating": True} if self.config.migrating else {}),
-        )
+        self.core.events.put(("state", state))
 
     def close(self, timeout: float | None = None, *, budget: StopBudget | None = None) -> StopReport:
         """Stop within ``timeout`` seconds (default ``config.shutdown_timeout_s``) or ``budget``, whatever ZooKeeper
@@ -230,7 +196,7 @@ class Consumer:
         self.zk.bound(budget.zookeeper)
         self.fetcher.pause("closing")
         final = FinalCommit()
-        self._events.put(("close", Closing(report, final)))
+        self.core.events.put(("close", Closing(report, final)))
         for thread in self._threads:
             # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
             # and the revoke callback) gets until the session deadline.
@@ -239,14 +205,14 @@ class Consumer:
             log.warning("consumer %s: the command thread is still busy at the stop deadline", self.consumer_id)
         # What the final commit did, as known now: not run (the command thread was busy before it), landed, failed,
         # or sent and unanswered -- not whether the command thread happens to be done (a slow revoke callback).
-        final.settle(report, self.uncommitted)
+        final.settle(report, self.core.uncommitted)
         self.fetcher.close()
         self.resets.close()
         if self.registrations:
             self._deregister(report)
-        had_session = self.incarnation is not None
+        had_session = self.core.incarnation is not None
         if not self.zk.stop(timeout=budget.session.remaining()) and had_session:
-            report.skip(SESSION, f"session {self.registered_session:#x} not closed")
+            report.skip(SESSION, f"session {self.core.registered_session:#x} not closed")
         report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
         return report
 
@@ -263,12 +229,6 @@ class Consumer:
             return
         self.journal.emit("consumer.deregistered", group=self.config.group, consumer=self.consumer_id)
 
-    def uncommitted(self, positions: Mapping[TopicPartition, int] | None = None) -> int:
-        """How many partitions' consumed positions (default: the fetcher's) differ from their committed offsets."""
-        committed = self.offsets.committed()
-        current = self.fetcher.positions() if positions is None else positions
-        return sum(1 for tp, offset in current.items() if committed.get(tp) != offset)
-
     def __enter__(self) -> Consumer:
         return self.start()
 
@@ -284,7 +244,7 @@ class Consumer:
         commits consumed positions when the interval has passed (a fenced commit is journalled, not raised).
         """
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
-            self._events.put(("commit", None))
+            self.core.events.put(("commit", None))
             self._last_commit = self.clock()
         records, handed_at = self.fetcher.poll_timed(timeout)
         if records:
@@ -362,17 +322,17 @@ class Consumer:
             else:
                 # A round trip in a *new* session says nothing about the one our assignment belongs to: until the
                 # command thread has handled the loss and registered again, the lease stays void.
-                if self.zk.session_id == self.registered_session:
+                if self.zk.session_id == self.core.registered_session:
                     self.lease.renew(sent)
             if self.bridge is not None and self.bridge.pending:
-                self._events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
+                self.core.events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
             valid_now = self.lease.valid()
             if not valid_now and not expired_reported:
                 expired_reported = True
-                self._events.put(("lease-expired", self._lease_deadline_ms()))
+                self.core.events.put(("lease-expired", self._lease_deadline_ms()))
             elif valid_now and (expired_reported or not valid_before):
                 expired_reported = False
-                self._events.put(("lease-renewed", None))
+                self.core.events.put(("lease-renewed", None))
 
     def _lease_deadline_ms(self) -> int:
         return self._wall_ms_at(self.lease.deadline, up=True)
@@ -438,25 +398,6 @@ class Consumer:
                 at_ms=at_ms,
             )
             start = end
-
-    def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]:
-        """Where to start each partition: its committed offset, else the start policy."""
-        return shared.start_positions(self.config.data_dir, self.config.start_from, committed)
-
-    def on_owner_changed(self, event: WatchEvent) -> None:
-        """kazoo's thread: an owner znode watched while a hand-over is awaited changed; the command thread looks."""
-        self._events.put(("owner", event.path))
-
-    def next_event(self) -> tuple[str, object]:
-        return self._events.get()
-
-    def redeliver_later(self, event: tuple[str, object], delay: float = 0.2) -> None:
-        """Put ``event`` back after ``delay`` (command thread; used after a ZooKeeper error mid-command)."""
-        if not self._closing.wait(delay):
-            self._events.put(event)
-
-    def session_state(self) -> ConnState:
-        return self.zk.state
 
 
 __all__ = ["Consumer", "ConsumerMetrics", "Rebalance"]

@@ -13,22 +13,20 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.offsets import OffsetCommitFencedError
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.errors import ZkError, ZkNotSentError, ZkUnavailableError
+from zkcoord.consumer.shared import commit_step
+from zkcoord.errors import ZkError
 from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN, StopReport
-
-if TYPE_CHECKING:
-    from zkcoord.consumer.client import Consumer
 
 log = logging.getLogger(__name__)
 
 
 class Commits:
-    def __init__(self, consumer: Consumer) -> None:
-        self.c = consumer
+    def __init__(self, core: ConsumerCore) -> None:
+        self.c = core
         self.lock = threading.Lock()
         #: positions of partitions stopped whose commit has not succeeded yet (a connection loss under it): the
         #: stop is redelivered and must commit them before it is acknowledged (S3)
@@ -157,13 +155,6 @@ class Commits:
             )
 
 
-def commit_step(error: ZkError) -> str:
-    """The stop step a commit that raised ``error`` skipped: ``commit`` when it cannot have landed (not sent, or
-    refused), ``commit-unknown`` when it was sent and not answered (it may land yet)."""
-    unanswered = isinstance(error, ZkUnavailableError) and not isinstance(error, ZkNotSentError)
-    return COMMIT_UNKNOWN if unanswered else COMMIT
-
-
 class FinalCommit:
     """The final commit of :meth:`consumer.Consumer.close`: whether it ran and how it ended, as the closing thread
     sees it when its wait for the command thread is over (S3).
@@ -221,7 +212,8 @@ class FinalCommit:
             report.skip(COMMIT, why, uncommitted=pending)
 
     def failed(self, error: ZkError) -> None:
-        """The commit raised ``error``: :data:`UNKNOWN` or :data:`FAILED` as :func:`commit_step` says."""
+        """The commit raised ``error``: :data:`UNKNOWN` or :data:`FAILED` as
+        :func:`zkcoord.consumer.shared.commit_step` says."""
         self.end(self.UNKNOWN if commit_step(error) == COMMIT_UNKNOWN else self.FAILED, error)
 
 

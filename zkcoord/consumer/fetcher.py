@@ -10,10 +10,11 @@ Threads
     * The consumer's control thread calls :meth:`~FetchManager.assign`, :meth:`~FetchManager.revoke`,
       :meth:`~FetchManager.pause`, :meth:`~FetchManager.resume`, :meth:`~FetchManager.close`; they are serialised
       against each other, and ``revoke``, ``pause`` and ``close`` wait for reads in progress to finish.
-    * One fetcher thread per consumer thread id (Kafka's "streams") reads that thread's partitions, one read at a
-      time.  It runs ``on_error`` and ``on_fetched``; the control calls run ``on_started`` and ``on_stopped`` on
-      the caller's thread.  A callback must not call the control methods (they raise :class:`RuntimeError` when
-      called from a callback) and should return quickly; an exception it raises is logged, never propagated.
+    * One fetcher thread per consumer thread id (Kafka's "streams") reads that thread's partitions, one read at a time
+      (its loop and error policy: :mod:`zkcoord.consumer.fetch_thread`).  It runs ``on_error`` and ``on_fetched``; the
+      control calls run ``on_started`` and ``on_stopped`` on the caller's thread.  A callback must not call the control
+      methods (they raise :class:`RuntimeError` when called from a callback) and should return quickly; an exception
+      it raises is logged, never propagated.
     * ``gate`` is called with the manager's lock held, before every read and before ``poll`` hands anything out:
       it must be quick, must not block, raise or call the manager (``Lease.valid`` is the intended gate).
 
@@ -39,73 +40,40 @@ Positions out of range (``auto.offset.reset``, :mod:`zkcoord.protocol.offset_res
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
-from zkcoord.consumer.fetch_state import FetchCore, Fetcher, FetchStats, Grant, LogReader, PartitionFetch, ReaderFactory
+from zkcoord.consumer.fetch_state import FetchCore, FetchStats, LogReader, PartitionFetch, ReaderFactory
+from zkcoord.consumer.fetch_thread import (
+    ErrorCallback,
+    FetchedCallback,
+    FetchThreads,
+    OutOfRange,
+    ResetCallback,
+    call,
+    log_error,
+)
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.data.partlog import PartitionReader
 from zkcoord.data.partlog.layout import PathLike
-from zkcoord.errors import ConfigurationError, LogError, OffsetOutOfRangeError
-from zkcoord.protocol.offset_reset import OffsetReset, check_policy, decide
+from zkcoord.errors import ConfigurationError
+from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 
-__all__ = ["FetchManager", "FetchStats", "LogReader", "ReaderFactory"]
+__all__ = ["FetchManager", "FetchStats", "LogReader", "OutOfRange", "ReaderFactory"]
 
-logger = logging.getLogger(__name__)
 
 #: ``on_started(tp, offset, thread_id)``: fetching of ``tp`` for ``thread_id`` begins at ``offset``.
 StartedCallback = Callable[[TopicPartition, int, str], None]
 #: ``on_stopped(tp, consumed_position, thread_id, reason)``: it ended; ``consumed_position`` is what to commit.
 StoppedCallback = Callable[[TopicPartition, int, str, str], None]
-#: ``on_error(tp, exc)``: a read of ``tp`` failed; the partition is not read again until resumed or reassigned.
-ErrorCallback = Callable[[TopicPartition, BaseException], None]
-#: ``on_fetched(tp, first_offset, count)``: records were read into the buffer.
-FetchedCallback = Callable[[TopicPartition, int, int], None]
-
-
-@dataclass(frozen=True, slots=True)
-class OutOfRange:
-    """What ``on_reset`` is told: ``tp``'s position ``position`` was outside ``[log_start, high_water]``
-    (``reason``); the ``policy`` moved it to ``to``, or held the partition (``to`` None, policy ``none``)."""
-
-    tp: TopicPartition
-    thread_id: str
-    position: int
-    to: int | None
-    policy: OffsetReset
-    reason: str
-    log_start: int
-    high_water: int
-
-
-#: ``on_reset(out_of_range)``: a position was found out of range and handled by the reset policy.
-ResetCallback = Callable[[OutOfRange], None]
-
-
-def _describe(report: OutOfRange) -> tuple[object, ...]:
-    return report.tp, report.position, report.reason, report.log_start, report.high_water
 
 
 def _always_open() -> bool:
     return True
-
-
-def _log_error(tp: TopicPartition, exc: BaseException) -> None:
-    logger.error("fetching %s stopped: %s", tp, exc)
-
-
-def _check_range(reader: LogReader, offset: int) -> None:
-    """A read from ``offset`` found nothing: fine up to the high water (records come from there), out of range
-    beyond it."""
-    high_water = reader.high_water()
-    if offset > high_water:
-        raise OffsetOutOfRangeError(offset, reader.start_offset, high_water)
 
 
 class FetchManager:
@@ -157,15 +125,10 @@ class FetchManager:
             if not value > 0:
                 raise ConfigurationError(f"{name} must be positive, got {value}")
         self._data_dir = data_dir
-        self._fetch_max_bytes = fetch_max_bytes
         self._clock = clock
         self._on_started = on_started
         self._on_stopped = on_stopped
-        self._on_error: ErrorCallback = on_error or _log_error
-        self._on_fetched = on_fetched
         self._reader_factory = reader_factory
-        self._offset_reset = check_policy(offset_reset)
-        self._on_reset = on_reset
         self._core = FetchCore(
             max_poll=max_poll_records, max_buffered=max_buffered, idle_wait=idle_wait_s, clock=clock, gate=gate
         )
@@ -175,6 +138,17 @@ class FetchManager:
         self._control_owner: int | None = None
         self._in_fetcher = threading.local()
         self._started = False
+        self._threads = FetchThreads(
+            self._core,
+            data_dir=data_dir,
+            fetch_max_bytes=fetch_max_bytes,
+            reader_factory=reader_factory,
+            offset_reset=check_policy(offset_reset),
+            on_error=on_error or log_error,
+            on_fetched=on_fetched,
+            on_reset=on_reset,
+            in_fetcher=self._in_fetcher,
+        )
 
     @property
     def max_poll_records(self) -> int:
@@ -270,7 +244,7 @@ class FetchManager:
                 else:
                     core.install(states, fetchers)
             for fetcher in fetchers.values():
-                self._start_thread(fetcher)
+                self._threads.start(fetcher)
 
     def revoke(self, reason: str) -> dict[TopicPartition, int]:
         """Stop fetching every partition, synchronously, and return the positions to commit.
@@ -363,7 +337,7 @@ class FetchManager:
                 dead = [f for f in core.fetchers.values() if f.dead]
                 core.wake_fetchers()
             for fetcher in dead:  # a fetcher that died of a bug gets another chance, like its partitions
-                self._start_thread(fetcher)
+                self._threads.start(fetcher)
 
     # --- the application's side ------------------------------------------------------------------------------
 
@@ -474,116 +448,10 @@ class FetchManager:
                 self._call_stopped(state, reason)
         return {state.tp: state.consumed for state in states}
 
-    def _start_thread(self, fetcher: Fetcher) -> None:
-        fetcher.dead = False
-        fetcher.thread = threading.Thread(
-            target=self._run_fetcher, args=(fetcher,), name=f"fetcher-{fetcher.thread_id}", daemon=True
-        )
-        fetcher.thread.start()
-
     def _call_started(self, state: PartitionFetch) -> None:
         if self._on_started is not None:
-            self._call(self._on_started, state.tp, state.consumed, state.thread_id)
+            call(self._on_started, state.tp, state.consumed, state.thread_id)
 
     def _call_stopped(self, state: PartitionFetch, reason: str) -> None:
         if self._on_stopped is not None:
-            self._call(self._on_stopped, state.tp, state.consumed, state.thread_id, reason)
-
-    @staticmethod
-    def _call(callback: Callable[..., None], *args: object) -> None:
-        # A failing callback (a journal that cannot write, say) must not leave a revoke half done.
-        try:
-            callback(*args)
-        except Exception:
-            logger.exception("fetch callback %r failed", callback)
-
-    def _run_fetcher(self, fetcher: Fetcher) -> None:
-        """A fetcher thread: do the reads it is granted until told to stop."""
-        self._in_fetcher.active = True
-        readers: dict[TopicPartition, LogReader] = {}
-        try:
-            while (grant := self._core.next_grant(fetcher)) is not None:
-                self._fetch(grant, readers)
-        except Exception as exc:
-            # A bug, or a gate that raised: stall this thread's partitions, loudly, rather than lose track of them.
-            logger.exception("fetcher thread %s failed", fetcher.thread_id)
-            for state in self._core.fail_fetcher(fetcher, exc):
-                self._call(self._on_error, state.tp, exc)
-        finally:
-            for reader in readers.values():
-                reader.close()
-
-    def _reset(self, grant: Grant, reader: LogReader, exc: OffsetOutOfRangeError) -> LogError | None:
-        """Apply the reset policy to a read that found its position out of range, and publish the read's outcome:
-        moved (``earliest``, ``latest``: one log line), held as a failed read (``none``: reported through
-        ``on_error`` as any failed read), or nothing (in range after all); ``on_reset`` is told of the first two.
-
-        :returns: None, or (nothing published) the error that kept it from reading the log's bounds, for the
-            caller to publish as a failed read.
-        """
-        try:
-            start, high_water = reader.start_offset, reader.high_water()
-        except LogError as error:
-            return error
-        decision = decide(grant.offset, start, high_water, self._offset_reset)
-        if decision is None:  # the log moved between the read and this look: in range now
-            self._core.publish(grant, [], None)
-            return None
-        report = OutOfRange(
-            grant.state.tp,
-            grant.state.thread_id,
-            grant.offset,
-            decision.to,
-            self._offset_reset,
-            decision.reason,
-            start,
-            high_water,
-        )
-        if decision.to is None:  # held: a failed read, reported as one (on_error logs its one line by default)
-            if self._core.publish(grant, [], exc):
-                self._call(self._on_error, grant.state.tp, exc)
-                if self._on_reset is not None:
-                    self._call(self._on_reset, report)
-            return None
-        logger.warning(
-            "%s: position %d is %s [%d, %d]: reset to %d (%s)", *_describe(report), decision.to, report.policy
-        )
-        if self._core.publish_reset(grant, decision.to) and self._on_reset is not None:
-            self._call(self._on_reset, report)
-        return None
-
-    def _fetch(self, grant: Grant, readers: dict[TopicPartition, LogReader]) -> None:
-        """Do one granted read (no lock held: the log is read while poll() and the other fetchers go on)."""
-        tp = grant.state.tp
-        records: list[ConsumerRecord] = []
-        error: BaseException | None = None
-        try:
-            reader = readers.get(tp)
-            if reader is None:
-                reader = readers[tp] = self._reader_factory(self._data_dir, tp.topic, tp.partition)
-            got = reader.read(grant.offset, grant.room, self._fetch_max_bytes)
-            if got:
-                topic, partition = tp
-                # Built here, off the application's thread: poll() only slices lists of finished records.
-                records = [ConsumerRecord(topic, partition, *record) for record in got]
-            elif grant.check_range:
-                _check_range(reader, grant.offset)
-        except LogError as exc:  # OffsetOutOfRangeError among them: the reset policy's, below
-            error = exc
-        except Exception as exc:
-            logger.exception("unexpected error reading %s", tp)
-            error = exc
-        if isinstance(error, OffsetOutOfRangeError):
-            error = self._reset(grant, readers[tp], error)
-            if error is None:
-                return  # settled and published
-        if error is not None:
-            failed_reader = readers.pop(tp, None)
-            if failed_reader is not None:
-                failed_reader.close()  # the next attempt (after resume) starts from a fresh listing
-        if not self._core.publish(grant, records, error):
-            return  # revoked or paused meanwhile: nothing to report
-        if error is not None:
-            self._call(self._on_error, tp, error)
-        elif records and self._on_fetched is not None:
-            self._call(self._on_fetched, tp, records[0].offset, len(records))
+            call(self._on_stopped, state.tp, state.consumed, state.thread_id, reason)

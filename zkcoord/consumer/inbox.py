@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from zkcoord.consumer.core import ConsumerCore
+from zkcoord.consumer.handler_state import HandlerState
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_registration
 from zkcoord.consumer.vouch import beyond_target, vouch
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command
-
-if TYPE_CHECKING:
-    from zkcoord.consumer.client import Consumer
-    from zkcoord.consumer.commands import CommandHandler
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +49,7 @@ class Admitted:
     vouched: dict[TopicPartition, str]
 
 
-def admit(handler: CommandHandler, name: str, path: str) -> Admitted | Wait | None:
+def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None:
     """Read command ``name`` (at ``path``) and judge it: the command to apply; None if it is gone, or was refused
     and acknowledged; :data:`WAIT` if its group's state cannot vouch for it yet (then the channel is listed again
     shortly).
@@ -99,7 +97,7 @@ def admit(handler: CommandHandler, name: str, path: str) -> Admitted | Wait | No
     return Admitted(command, vouched)
 
 
-def reject(c: Consumer, name: str, command: Command | None, reason: str) -> None:
+def reject(c: ConsumerCore, name: str, command: Command | None, reason: str) -> None:
     """Journal and log that command ``name`` is refused (the caller acknowledges it)."""
     fields: dict[str, object] = {}
     if command is not None:
@@ -114,12 +112,12 @@ def sequence_of(name: str) -> int:
     return int(tail) if len(name) > 10 and tail.isdigit() else -1
 
 
-def _refuse(handler: CommandHandler, name: str, path: str, command: Command | None, reason: str) -> None:
+def _refuse(handler: HandlerState, name: str, path: str, command: Command | None, reason: str) -> None:
     reject(handler.c, name, command, reason)
     handler.ack(path, name)
 
 
-def _wait(handler: CommandHandler, name: str, why: str) -> None:
+def _wait(handler: HandlerState, name: str, why: str) -> None:
     if name not in handler.waiting:
         handler.waiting.add(name)
         handler.c.journal.emit("input.rejected", what="command not vouched for yet", path=name, reason=why)

@@ -25,18 +25,15 @@ Each repair is journalled (``registration.repaired``).  Runs on the consumer's c
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from zkcoord.consumer.handler_state import HandlerState
 from zkcoord.errors import NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
-
-if TYPE_CHECKING:
-    from zkcoord.consumer.commands import CommandHandler
 
 log = logging.getLogger(__name__)
 
 
-def check_registration(handler: CommandHandler) -> None:
+def check_registration(handler: HandlerState) -> None:
     """Our registration's data watch fired, or a command came for a registration that is not our current one:
     repair the registration if it is not what we wrote (see the module's docstring).
 
@@ -60,7 +57,7 @@ def check_registration(handler: CommandHandler) -> None:
     _journal(handler, f"overwritten ({len(data)} bytes): written back")
 
 
-def register_again(handler: CommandHandler, why: str) -> None:
+def register_again(handler: HandlerState, why: str) -> None:
     """Our registration ended while our session lives (deleted, or replaced by someone else's): to the coordinator we
     are gone, or are that other registration, and it may give our partitions away without a stop.  Stop fetching at
     once, commit (fenced by the owner znodes: a partition already given away is not moved), release, end a hand-over's
@@ -84,7 +81,7 @@ def register_again(handler: CommandHandler, why: str) -> None:
     _journal(handler, f"{why}: stopped, committed, registered again")
 
 
-def check_channel(handler: CommandHandler, czxid: int | None) -> None:
+def check_channel(handler: HandlerState, czxid: int | None) -> None:
     """Our channel's data watch fired (``czxid``: the channel's, None if it is gone): a channel gone is created
     again, and a channel that is not the one whose children we watch (created again, by us or by anyone) is watched
     again -- a children watch ends for good with the channel it was set on.
@@ -109,7 +106,7 @@ def check_channel(handler: CommandHandler, czxid: int | None) -> None:
         c.watch_channel()
 
 
-def _journal(handler: CommandHandler, reason: str) -> None:
+def _journal(handler: HandlerState, reason: str) -> None:
     c = handler.c
     c.journal.emit("registration.repaired", group=c.config.group, consumer=c.consumer_id, reason=reason)
     log.warning("consumer %s: registration repaired: %s", c.consumer_id, reason)

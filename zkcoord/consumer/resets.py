@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Callable
 
-from zkcoord.consumer.fetcher import OutOfRange
+from zkcoord.consumer.fetch_thread import OutOfRange
 from zkcoord.errors import NodeExistsError, NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.protocol.offset_reset import ResetRecord

@@ -1,5 +1,5 @@
 """What both consumers (the coordinator's and the ``zk-client`` one) compute the same way: metrics, lag, start
-positions.  Pure functions of their arguments and the partition logs; any thread.
+positions, the stop step a failed commit skipped.  Pure functions of their arguments and the partition logs; any thread.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from typing import Protocol
 
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.data.partlog import log_offsets
+from zkcoord.errors import ZkError, ZkNotSentError, ZkUnavailableError
+from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN
 
 
 @dataclass
@@ -79,3 +81,10 @@ def start_positions(
         else:
             out[tp] = start if start_from == "earliest" else end
     return out
+
+
+def commit_step(error: ZkError) -> str:
+    """The stop step a commit that raised ``error`` skipped: ``commit`` when it cannot have landed (not sent, or
+    refused), ``commit-unknown`` when it was sent and not answered (it may land yet)."""
+    unanswered = isinstance(error, ZkUnavailableError) and not isinstance(error, ZkNotSentError)
+    return COMMIT_UNKNOWN if unanswered else COMMIT

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from zkcoord.bench.rebalance.timeline import LEGACY, PROTOCOLS
 from zkcoord.errors import ConfigurationError
+
+#: how a run reports its progress: one line at a time
+Progress = Callable[[str], None]
 
 #: consumers per worker process when ``workers`` is not given
 CONSUMERS_PER_WORKER = 25

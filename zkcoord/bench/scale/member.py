@@ -15,8 +15,8 @@ A dropped connection is resumed in the same session (and the channel listed agai
 the server declares expired is replaced by a new one that registers again under the same consumer id.
 
 The connection itself is :class:`zkcoord.bench.scale.wire.Connection`; the process-wide state a member shares (its
-configuration, the connect slots, the counters and latencies, the stopping flag) is its
-:class:`zkcoord.bench.scale.swarm.Swarm`'s.
+configuration, the connect slots, the counters and latencies, the stopping flag) is its swarm's: what a member needs of
+it is :class:`SwarmHost`, which :class:`zkcoord.bench.scale.swarm.Swarm` (the owner of every member) satisfies.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import contextlib
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from typing import Any, Protocol
 
 from kazoo import exceptions as kz
 from kazoo.protocol.serialization import Create, Delete, Exists, GetChildren, GetData
@@ -46,16 +47,56 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.registrations import MemberRegistration, Pattern
 
-if TYPE_CHECKING:
-    from zkcoord.bench.scale.swarm import Swarm
-
 log = logging.getLogger("swarm")
+
+
+class MemberSettings(Protocol):
+    """The part of the swarm's configuration a member reads."""
+
+    @property
+    def session_timeout_s(self) -> float: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def threads(self) -> int: ...
+
+
+class SwarmHost(Protocol):
+    """What a member needs of the swarm it belongs to (all on the swarm's one event loop): its settings, the connect
+    slots, the shared counters and latencies, whether it is stopping, a server to connect to, and where to report
+    that this member registered."""
+
+    @property
+    def config(self) -> MemberSettings: ...
+
+    @property
+    def chroot(self) -> str: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def slots(self) -> asyncio.Semaphore: ...
+
+    @property
+    def stats(self) -> Counter[str]: ...
+
+    @property
+    def latencies_ms(self) -> list[float]: ...
+
+    def is_stopping(self) -> bool: ...
+
+    def pick_host(self) -> tuple[str, int]: ...
+
+    def member_ready(self) -> None: ...
 
 
 class Member:
     """One consumer: its session, registration and channel.  Runs as one asyncio task (:meth:`run`)."""
 
-    def __init__(self, swarm: Swarm, group: str, consumer_id: str) -> None:
+    def __init__(self, swarm: SwarmHost, group: str, consumer_id: str) -> None:
         self.swarm = swarm
         self.group = group
         self.consumer_id = consumer_id

@@ -31,17 +31,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
 from zkcoord.consumer import shared
-from zkcoord.consumer.commits import commit_step
 from zkcoord.consumer.config import ConsumerConfig, new_consumer_id
 from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.legacy.config import LegacyConfig
-from zkcoord.consumer.legacy.events import PROTOCOL, EventLog
-from zkcoord.consumer.legacy.rebalance import PartitionsCallback, Rebalancer
+from zkcoord.consumer.legacy.events import PROTOCOL, EventLog, PartitionsCallback
+from zkcoord.consumer.legacy.rebalance import Ownership, Rebalancer
 from zkcoord.consumer.legacy.registry import LegacyRegistry
 from zkcoord.consumer.legacy.watches import Signals, Watches
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
@@ -54,20 +52,6 @@ from zkcoord.runtime.shutdown import COMMIT, DEREGISTER, RELEASE, SESSION, StopB
 from zkcoord.zk import ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Ownership:
-    """Kafka's ``topicRegistry``: the partitions this consumer has claimed, and the consumed positions of those
-    whose fetchers are stopped but which are not released yet (what a commit then writes).
-
-    Guarded by :attr:`lock`, re-entrant because the rebalance thread holds it while calling
-    ``on_partitions_revoked``, which may call :meth:`LegacyConsumer.commit`.
-    """
-
-    owned: dict[TopicPartition, str] = field(default_factory=dict)
-    stopped: dict[TopicPartition, int] = field(default_factory=dict)
-    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class LegacyConsumer:
@@ -232,7 +216,7 @@ class LegacyConsumer:
                 todo = {tp: p for tp, p in self.ownership.stopped.items() if tp in owned}
                 if uncommitted := sum(1 for tp, p in todo.items() if self.registry.checkpointed.get(tp) != p):
                     log.warning("consumer %s: closing without the final commit: %s", self.consumer_id, e)
-                    report.skip(commit_step(e), e, uncommitted=uncommitted)
+                    report.skip(shared.commit_step(e), e, uncommitted=uncommitted)
         return sorted(set(positions) | set(owned))
 
     def _release(self, report: StopReport) -> None:

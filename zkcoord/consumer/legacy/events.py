@@ -13,12 +13,15 @@ its own rebalance, numbered by its own attempts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.runtime.journal import Journal
 
 PROTOCOL = "zk-client"
+
+#: ``on_partitions_revoked`` / ``on_partitions_assigned``: called on the rebalance thread with the partitions
+PartitionsCallback = Callable[[list[TopicPartition]], None]
 
 #: The legacy event types, with what they record (the rows for ``zkcoord.runtime.journal.EVENTS`` and docs/journal.md).
 LEGACY_EVENTS: dict[str, str] = {

@@ -29,23 +29,66 @@ expires unnoticed breaks this, as it did in Kafka: see ``docs/legacy-protocol.md
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
+from zkcoord.consumer.config import ConsumerConfig
+from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.legacy.assignment import decide
-from zkcoord.consumer.legacy.registry import AttemptFailedError
+from zkcoord.consumer.legacy.config import LegacyConfig
+from zkcoord.consumer.legacy.events import EventLog, PartitionsCallback
+from zkcoord.consumer.legacy.registry import AttemptFailedError, LegacyRegistry
+from zkcoord.consumer.legacy.watches import Signals, Watches
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import ZkCoordError, ZkError
 from zkcoord.layout.registrations import Pattern
-from zkcoord.zk import ConnState
-
-if TYPE_CHECKING:
-    from zkcoord.consumer.legacy.client import LegacyConsumer
+from zkcoord.zk import ConnState, ZkClient
 
 log = logging.getLogger(__name__)
 
-PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+@dataclass
+class Ownership:
+    """Kafka's ``topicRegistry``: the partitions this consumer has claimed, and the consumed positions of those
+    whose fetchers are stopped but which are not released yet (what a commit then writes).
+
+    Guarded by :attr:`lock`, re-entrant because the rebalance thread holds it while calling
+    ``on_partitions_revoked``, which may call :meth:`LegacyConsumer.commit`.
+    """
+
+    owned: dict[TopicPartition, str] = field(default_factory=dict)
+    stopped: dict[TopicPartition, int] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class LegacyHost(Protocol):
+    """What the rebalancer needs of its consumer (:class:`zkcoord.consumer.legacy.client.LegacyConsumer` is one):
+    its settings, ZooKeeper client, registry, watches, signals, ownership and fetcher, and the steps it shares with
+    ``close()``.  Declared here so that this module does not depend on the consumer that owns it."""
+
+    config: ConsumerConfig
+    legacy: LegacyConfig
+    consumer_id: str
+    events: EventLog
+    clock: Callable[[], float]
+    zk: ZkClient
+    registry: LegacyRegistry
+    signals: Signals
+    watches: Watches
+    ownership: Ownership
+    fetcher: FetchManager
+
+    def register(self) -> None: ...
+
+    def commit_owned(self) -> dict[TopicPartition, int]: ...
+
+    def commit_quietly(self) -> None: ...
+
+    def start_positions(self, committed: Mapping[TopicPartition, int | None]) -> dict[TopicPartition, int]: ...
+
+    def call_back(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +106,7 @@ class Rebalancer:
     the counters (:attr:`rebalances`, :attr:`failures`, :attr:`last`), which are read-only snapshots."""
 
     def __init__(
-        self, consumer: LegacyConsumer, on_revoked: PartitionsCallback | None, on_assigned: PartitionsCallback | None
+        self, consumer: LegacyHost, on_revoked: PartitionsCallback | None, on_assigned: PartitionsCallback | None
     ) -> None:
         self.c = consumer
         self.on_revoked = on_revoked
