@@ -35,3 +35,49 @@ def test_the_import_contracts_hold() -> None:
     lint = Path(sys.executable).with_name("lint-imports")
     done = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+def _modules() -> list[str]:
+    out = []
+    for path in sorted((ROOT / "zkcoord").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__main__":
+            continue  # runs the command line
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.append(".".join(parts))
+    return out
+
+
+def test_every_module_imports_first() -> None:
+    """Each module imports on its own, as the first zkcoord module of a process: an import cycle through a package's
+    ``__init__`` (which a static check does not see) breaks only the module imported first.  One process: zkcoord's
+    modules are forgotten before each import, the libraries they use are kept."""
+    script = (
+        "import importlib, sys\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    for m in [m for m in sys.modules if m == 'zkcoord' or m.startswith('zkcoord.')]:\n"
+        "        del sys.modules[m]\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as e:\n"
+        "        failed.append(f'{name}: {type(e).__name__}: {e}')\n"
+        "print('\\n'.join(failed))\n"
+        "sys.exit(1 if failed else 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *_modules()], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+def test_no_module_is_longer_than_one_sitting() -> None:
+    """No module over 500 lines (docs/architecture.md): a module that grows past it is split along a seam."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for base in ("zkcoord", "tests")
+        for p in (ROOT / base).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}, f"split these along a seam: {long}"
