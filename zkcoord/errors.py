@@ -129,6 +129,18 @@ class BrokerIdInUseError(ZkCoordError):
         super().__init__(f"broker id {broker_id} is already registered by a live broker{waited}; choose another --id")
 
 
+class ConsumerIdInUseError(ZkCoordError):
+    """Our consumer id is registered by another live session: another process runs with the same id."""
+
+    def __init__(self, consumer_id: str, session: int) -> None:
+        self.consumer_id = consumer_id
+        self.session = session
+        super().__init__(
+            f"consumer id {consumer_id} is registered by another live session ({session:#x}): is another process "
+            "running with the same --consumer-id?"
+        )
+
+
 # --- embedded ZooKeeper server ---------------------------------------------------------------------------------
 
 

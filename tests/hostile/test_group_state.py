@@ -266,33 +266,3 @@ def test_a_registration_replaced_by_someone_else_makes_its_member_stop_and_regis
     stat = run.zk.exists(path)
     assert stat is not None and stat.ephemeralOwner != 0, "the member took its id back with its own registration"
     assert any(e["consumer"] == first for e in _events(run, "registration.repaired"))
-
-
-def test_a_commit_fenced_by_an_owner_znode_naming_another_thread_stops_that_partition(run: Run) -> None:
-    """A live member's owner znode names another thread (the coordinator never writes that under a live owner that
-    has not stopped, so another member may be fetching it): the member's next commit of it is fenced, and it stops
-    fetching that partition at once (S2), not at the next rebalance.  A join then gives it an owner again (S3); only
-    that partition's records consumed after its last commit may be consumed twice (at least once)."""
-    run.broker(1)
-    TopicAdmin(run.zk).create(TOPIC, 2)
-    run.consumer(GROUP, TOPIC)
-    run.wait_members(GROUP, 1)
-    [first] = _members(run)
-    _produce(run, 200)
-    wait_until(lambda: not Ledger.read(run.journal, GROUP).missing({TOPIC}), 30, "the first records consumed")
-    run.zk.set(paths.owner(GROUP, TOPIC, 0), f"{first}x-0".encode())
-    _produce(run, 200)  # the next commit of partition 0 is fenced
-
-    def stopped() -> bool:
-        return any(
-            e["consumer"] == first and e["partition"] == 0 and "fenced" in str(e["reason"])
-            for e in _events(run, "fetch.stopped")
-        )
-
-    wait_until(stopped, 30, "the fenced partition stopped")
-    run.consumer(GROUP, TOPIC)
-    wait_until(lambda: _balanced(run, 2, 2), 30, "the group balanced over both members")
-    _produce(run, 200)
-    ledger = run.wait_consumed_all(GROUP, {TOPIC}, timeout=60)
-    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
-    assert set(ledger.duplicates()) <= {(TOPIC, 0)}, "S4: duplicates beyond the fenced partition"

@@ -122,7 +122,9 @@ class CommandHandler:
                 )
 
     def _handle(self, kind: str, arg: object) -> None:
-        if kind == "channel" and isinstance(arg, list):
+        if kind in ("registration", "channel-node", "fenced"):
+            self._on_own_znodes(kind, arg)
+        elif kind == "channel" and isinstance(arg, list):
             self._on_channel(arg)
         elif kind == "channel":  # redelivered after an error: as the channel is now
             self._on_channel(self.c.zk.get_children(paths.channel(self.c.config.group, self.c.consumer_id)))
@@ -144,10 +146,15 @@ class CommandHandler:
             self.starter.claim_awaited(arg if isinstance(arg, str) else None)
         elif kind == "register":
             self._register_again()
-        elif kind == "registration":
+
+    def _on_own_znodes(self, kind: str, arg: object) -> None:
+        """Our registration or channel changed, or a commit found partitions no longer ours: repair, or stop."""
+        if kind == "registration":
             check_registration(self.state)
         elif kind == "channel-node" and (arg is None or isinstance(arg, int)):
             check_channel(self.state, arg)
+        elif kind == "fenced" and isinstance(arg, list):
+            self.state.commits.stop_fenced(arg)
 
     def _on_close(self, closing: Closing) -> None:
         """The command thread's part of ``close``: commit what was consumed (not once the lease is void: the

@@ -45,7 +45,7 @@ class Commits:
         :meth:`zkcoord.consumer.offsets.OffsetStore.commit`).
 
         :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted);
-            we have stopped fetching them when it is raised.
+            the command thread stops fetching them (:meth:`stop_fenced`).
         :raises ZkError: nothing was committed.
         """
         c = self.c
@@ -74,10 +74,13 @@ class Commits:
         raise fenced
 
     def _stop_fenced(self, tps: list[TopicPartition]) -> None:
-        """Stop fetching the partitions a commit found no longer ours (S2): their owner znode names someone else, so
-        another member may fetch them now.  Only those we still fetch and hold no claim on again (a start may have
-        given one back meanwhile: the command thread claims while the application commits).  Outside :attr:`lock`:
-        the fetcher's stop waits for a read in progress."""
+        """The partitions a commit found no longer ours (S2: their owner znode names someone else, and the group's
+        state does not give them to us) must stop being fetched: the command thread does it (``fenced`` event), as it
+        alone claims and assigns, so a partition a start has given back meanwhile is not stopped."""
+        self.c.events.put(("fenced", list(tps)))
+
+    def stop_fenced(self, tps: list[TopicPartition]) -> None:
+        """Stop fetching those of ``tps`` we still fetch and hold no claim on.  Command thread."""
         c = self.c
         claimed = c.offsets.claimed()
         stop = [tp for tp in tps if tp in c.fetcher.assignment() and tp not in claimed]

@@ -31,10 +31,10 @@ from zkcoord.consumer.lease import Lease
 from zkcoord.consumer.migration import MigrationBridge
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.errors import NodeExistsError
+from zkcoord.errors import ConsumerIdInUseError, NodeExistsError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
-from zkcoord.zk import ConnState, Stat, WatchEvent, ZkClient
+from zkcoord.zk import ChildrenWatch, ConnState, Stat, WatchEvent, ZkClient
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ class ConsumerCore:
         self.registrations = 0
         #: the session of our latest registration: only round trips in it renew the lease
         self.registered_session = 0
+        #: the children watch on our channel (ended for good if the channel was deleted: see channel_watched)
+        self.channel_watch: ChildrenWatch | None = None
         #: czxid of our current registration (None while not registered): see ``Command.incarnation``
         self.incarnation: int | None = None
         #: the data of our current registration as we wrote it (what a damaged one is repaired to)
@@ -96,6 +98,7 @@ class ConsumerCore:
         alone before the coordinator gives it to us.
 
         :raises ZkError: registering failed (nothing of ours changed but what the bridge wrote).
+        :raises ConsumerIdInUseError: another live session holds our id (a persistent znode there is replaced).
         """
         reg = self.config.subscription.registration(
             self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
@@ -110,12 +113,16 @@ class ConsumerCore:
             stat = self.zk.exists(path)
             if stat is None:
                 raise
-            if stat.ephemeralOwner != self.zk.session_id:
-                # Not ours (someone wrote at our id; an expired session's ephemerals are gone before we have a new
-                # one): replace it, conditionally on the version seen, so a concurrent change makes us try again.
+            if stat.ephemeralOwner not in (0, self.zk.session_id):
+                # Another live session holds our id: another process runs with it.  Never take it away (the two
+                # would take it from each other for ever, both fetching as the same threads).
+                raise ConsumerIdInUseError(self.consumer_id, stat.ephemeralOwner) from None
+            if stat.ephemeralOwner == 0:
+                # A persistent znode at our id, so written by hand or by a buggy client (a consumer's registration
+                # is ephemeral): replace it, conditionally on the version seen.
                 self.zk.delete(path, stat.version)
                 stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)
-                log.warning("consumer %s: replaced a registration at our id that was not ours", self.consumer_id)
+                log.warning("consumer %s: replaced a persistent znode at our id", self.consumer_id)
         # The registration's czxid: commands carry it, and those meant for an earlier registration are refused.
         self.incarnation = stat.czxid
         self.registered_data = reg.encode()
@@ -135,9 +142,13 @@ class ConsumerCore:
     def watch_channel(self) -> None:
         """Watch our channel's children (the command thread gets each listing).  The channel must exist; a deleted
         one ends the watch, and is created and watched again (``zkcoord.consumer.registration``)."""
-        self.zk.watch_children(
+        self.channel_watch = self.zk.watch_children(
             paths.channel(self.config.group, self.consumer_id), lambda children: self.events.put(("channel", children))
         )
+
+    def channel_watched(self) -> bool:
+        """Whether the children watch on our channel still reports (:meth:`ZkClient.watching`)."""
+        return self.channel_watch is not None and self.zk.watching(self.channel_watch)
 
     def session_state(self) -> ConnState:
         return self.zk.state

@@ -84,6 +84,9 @@ class HandlerState:
         self.pending: PendingStart | None = None
         #: czxid of the channel whose children we watch (zkcoord.consumer.registration.check_channel), once reported
         self.channel_czxid: int | None = None
+        #: our registration ended under a live session and another live session holds our id (another process runs
+        #: with it): we are stopped and unregistered until it is gone (zkcoord.consumer.registration)
+        self.displaced = False
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge (delete) an applied command.  :raises ZkError: it stays to delete when redelivered."""

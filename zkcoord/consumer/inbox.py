@@ -72,6 +72,10 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
         return None
     if command.incarnation is not None and command.incarnation != c.incarnation:
         check_registration(handler)  # see the module's docstring
+        if handler.displaced:
+            # Another process holds our id: this command may be its own (it reads this channel too).  Leave it.
+            _wait(handler, name, "meant for the registration of another process with our id")
+            return WAIT
     reason = handler.admission.refusal(command, c.incarnation)
     vouched: dict[TopicPartition, str] = {}
     if not c.config.unsafe_no_fencing:

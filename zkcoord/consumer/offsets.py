@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.group_state import decode_owner, encode_owner
+from zkcoord.layout.group_state import GroupState, decode_owner, encode_owner
 from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 
@@ -348,8 +348,9 @@ class OffsetStore:
 
     def _recheck(self, tp: TopicPartition) -> bool:
         """A commit's check of ``tp``'s owner znode failed: look at it again.  True if the partition is still ours
-        -- it names our thread (at another version: rewritten by hand to the same value), or it was absent or
-        unreadable and has been repaired -- with the claim's version updated.  Only for a claim none of whose commits
+        -- it names our thread (at another version: rewritten by hand to the same value), or it was absent,
+        unreadable, or named another thread while the group's state still gives it to us (:meth:`_target_vouches`),
+        and has been repaired -- with the claim's version updated.  Only for a claim none of whose commits
         had an unknown outcome: while we hold such a claim nobody else writes the owner znode (the coordinator waits
         for our stop, and a hand-over is our own write), so a change we did not make was made by hand.  Lock held.
         :raises ZkError: on I/O failure."""
@@ -365,11 +366,32 @@ class OffsetStore:
             except CodecError as e:
                 now = self._repair(tp, claim.thread, stat, f"unreadable ({e.reason})", claim.session)
             else:
-                now = stat if holder == claim.thread else None
+                now = stat
+                if holder != claim.thread:
+                    vouched = self._target_vouches(tp, claim.thread, claim.session)
+                    now = self._repair(tp, claim.thread, stat, f"named {holder}", claim.session) if vouched else None
         if now is None:
             return False
         self._claims[tp] = dataclasses.replace(claim, owner_version=now.version, owner_czxid=now.czxid)
         return True
+
+    def _target_vouches(self, tp: TopicPartition, thread: str, session: int) -> bool:
+        """Whether the group's state still gives ``tp`` to ``thread``, with our registration, alive in ``session``, the
+        incarnation the state's rebalance counted.  Then nobody but a hand wrote another thread into its owner znode:
+        the coordinator writes owner znodes only as the target says, and moves a partition only after its holder
+        acknowledged a stop (or handed it over itself).  Lock held.  :raises ZkError: on I/O failure."""
+        if self.member is None or session != self.zk.session_id:
+            return False
+        state_path = paths.group_state(self.group)
+        state, member = self.zk.get_many([state_path, self.member])
+        if state is None or member is None or member[1].ephemeralOwner != session:
+            return False
+        try:
+            current = GroupState.decode(state[0], state_path)
+        except CodecError:
+            return False
+        ours = current.members.get(self.member.rpartition("/")[2])
+        return ours == member[1].czxid and current.target.get(tp.topic, {}).get(tp.partition) == thread
 
     def _recheck_other_znodes(
         self, todo: dict[TopicPartition, int], handing: dict[TopicPartition, str], fenced: list[TopicPartition]

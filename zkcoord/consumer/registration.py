@@ -15,8 +15,11 @@ they changed:
   this overlap is bounded by the time the two notifications of the one deletion take to be handled;
 * a registration at our id that is not ours (its ``czxid`` is not our incarnation: deleted and created again by
   someone else) is the same case: the coordinator addresses its commands to that other registration, which we
-  refuse -- so before refusing one we look at our registration, and stop and register again as above (replacing
-  the other one) before the refusal deletes it;
+  refuse -- so before refusing one we look at our registration, and stop and register again as above before the
+  refusal deletes it.  A persistent znode at our id (a consumer's registration is ephemeral) is replaced; an
+  ephemeral of another live session means another process runs with our id: we stay stopped and unregistered,
+  leave the commands meant for it in the channel, and register once it is gone (never taking the id from a live
+  process: the two would take it from each other for ever);
 * a deleted channel is created again, and a channel created again (by us or anyone) is watched again.
 
 Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
@@ -27,7 +30,7 @@ from __future__ import annotations
 import logging
 
 from zkcoord.consumer.handler_state import HandlerState
-from zkcoord.errors import NoNodeError, ZkUnavailableError
+from zkcoord.errors import ConsumerIdInUseError, NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,8 @@ def check_registration(handler: HandlerState) -> None:
         register_again(handler, "deleted under a live session")
         return
     if stat.czxid != c.incarnation or stat.ephemeralOwner != c.zk.session_id:
+        if handler.displaced and stat.ephemeralOwner != 0:
+            return  # still held by the other process (register_again): we register once it is gone
         register_again(handler, "replaced by a registration that is not ours")
         return
     if data == c.registered_data:
@@ -76,7 +81,16 @@ def register_again(handler: HandlerState, why: str) -> None:
     # session loss): say so, as a session loss does.
     c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
     handler.release_all(revoked)
-    c.register()
+    try:
+        c.register()
+    except ConsumerIdInUseError as e:
+        # Another process runs with our id.  Stay stopped and unregistered (commands for its registration are
+        # left to it: zkcoord.consumer.inbox); its registration's deletion fires our data watch, and we register then.
+        if not handler.displaced:
+            handler.displaced = True
+            _journal(handler, f"{why}: stopped; not registered again: {e}")
+        return
+    handler.displaced = False
     handler.wait_abandoned()
     _journal(handler, f"{why}: stopped, committed, registered again")
 
@@ -103,7 +117,8 @@ def check_channel(handler: HandlerState, czxid: int | None) -> None:
         handler.channel_czxid = czxid  # the first report: the channel whose children start() watches
     elif czxid != handler.channel_czxid:
         handler.channel_czxid = czxid
-        c.watch_channel()
+        if not c.channel_watched():  # else the watch found the new channel by itself: one watch is enough
+            c.watch_channel()
 
 
 def _journal(handler: HandlerState, reason: str) -> None:

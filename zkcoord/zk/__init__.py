@@ -8,13 +8,14 @@ settings: hosts, chroot, timeouts), :mod:`zkcoord.zk.handler` (kazoo's handler m
 from here.
 """
 
-from zkcoord.zk.client import ZkClient
+from zkcoord.zk.client import ChildrenWatch, ZkClient
 from zkcoord.zk.config import ZkAddress, ZkConfig
 from zkcoord.zk.many import ReadKind
 from zkcoord.zk.translate import Transaction, translate
 from zkcoord.zk.types import ConnState, Stat, WatchEvent, WatchKind
 
 __all__ = [
+    "ChildrenWatch",
     "ConnState",
     "ReadKind",
     "Stat",

@@ -47,6 +47,7 @@ from zkcoord.zk.types import ConnState, Stat, WatchEvent, WatchKind
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ChildrenWatch",
     "ConnState",
     "Stat",
     "Transaction",
@@ -404,6 +405,12 @@ class ZkClient:
 
         with translate(path):
             return ChildrenWatch(self.kazoo, path, _call)
+
+    @staticmethod
+    def watching(watch: ChildrenWatch) -> bool:
+        """Whether a children watch of :meth:`watch_children` still reports (it ends for good when its znode is gone
+        at a re-read; it goes on by itself when the znode was created again before that read)."""
+        return not watch._stopped  # kazoo keeps no public flag
 
     def watch_data(self, path: str, func: Callable[[bytes | None, Stat | None], None]) -> DataWatch:
         """Call ``func(data, stat)`` now and after every change of ``path`` (``None, None`` when absent).
