@@ -1,213 +1,43 @@
 """The consumer's data plane on real partition logs: poll() limits and KIP-41 fairness, exactly-once delivery across
-revoke/assign cycles, synchronous revoke, pause/resume and the lease gate (S6), bounded prefetching, growing logs,
-damaged logs, wakeup and close.  No ZooKeeper, no sleeping: tests wait on conditions with deadlines.
+revoke/assign cycles, synchronous revoke, pause/resume and the lease gate (S6), bounded prefetching.  Growing and
+damaged logs, wakeup and close are in ``test_consumer_fetcher_edges.py``.  No ZooKeeper, no sleeping: tests wait on
+conditions with deadlines.
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
 import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit import fetcher_helpers as helpers
+from tests.unit.fetcher_helpers import (
+    WAIT,
+    A,
+    B,
+    C,
+    D,
+    Events,
+    Readers,
+    append,
+    by_partition,
+    fetcher_threads,
+    poll_until,
+    value,
+)
 from tests.unit.test_consumer_lease import FakeClock
-from zkcoord.consumer.fetch_state import FetchCore, LogReader, PartitionFetch
+from zkcoord.consumer.fetch_state import FetchCore, PartitionFetch
 from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.lease import Lease
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
-from zkcoord.data.partlog import PartitionReader, PartitionWriter, Record, WriterConfig, partition_dir
-from zkcoord.data.partlog.format import HEADER_SIZE
-from zkcoord.data.partlog.layout import PathLike, log_path
-from zkcoord.errors import ConfigurationError, CorruptLogError, OffsetOutOfRangeError
 
-A, B, C, D = (TopicPartition("t", p) for p in range(4))
-WAIT = 10.0  # generous deadline for things that must happen; tests finish long before it when they pass
-
-
-# --- helpers -------------------------------------------------------------------------------------------------------
-
-
-def value(tp: TopicPartition, i: int) -> bytes:
-    return f"{tp}:{i}".encode()
-
-
-def append(data_dir: PathLike, tp: TopicPartition, start: int, count: int, batch: int = 100) -> None:
-    """Append records ``start .. start + count - 1`` of ``tp`` (values say which), in batches."""
-    with PartitionWriter(data_dir, tp.topic, tp.partition) as writer:
-        for first in range(start, start + count, batch):
-            items = [(None, value(tp, i)) for i in range(first, min(first + batch, start + count))]
-            writer.append_batch(items)
-
-
-class Signal:
-    """A condition that callbacks notify; tests wait on it for a predicate, with a deadline."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-
-    def notify(self, *_: object) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = WAIT) -> bool:
-        with self._cond:
-            return self._cond.wait_for(predicate, timeout)
-
-
-class Events:
-    """Records the manager's callbacks, in order, and notifies a signal."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[object, ...]] = []
-        self.errors: list[tuple[TopicPartition, BaseException]] = []
-        self.signal = Signal()
-        self._lock = threading.Lock()
-
-    def started(self, tp: TopicPartition, offset: int, thread: str) -> None:
-        self._add(("started", tp, offset, thread))
-
-    def stopped(self, tp: TopicPartition, offset: int, thread: str, reason: str) -> None:
-        self._add(("stopped", tp, offset, thread, reason))
-
-    def error(self, tp: TopicPartition, exc: BaseException) -> None:
-        with self._lock:
-            self.errors.append((tp, exc))
-        self.signal.notify()
-
-    def fetched(self, tp: TopicPartition, first: int, count: int) -> None:
-        self.signal.notify()
-
-    def of(self, kind: str) -> list[tuple[object, ...]]:
-        with self._lock:
-            return [e for e in self.log if e[0] == kind]
-
-    def _add(self, event: tuple[object, ...]) -> None:
-        with self._lock:
-            self.log.append(event)
-        self.signal.notify()
-
-
-class CountingReader:
-    """A real reader whose reads go through :class:`Readers` (counted, and held while its gate is closed)."""
-
-    def __init__(self, owner: Readers, inner: PartitionReader) -> None:
-        self._owner = owner
-        self._inner = inner
-
-    @property
-    def start_offset(self) -> int:
-        return self._inner.start_offset
-
-    def read(self, offset: int, max_records: int = 500, max_bytes: int = 1 << 20) -> list[Record]:
-        tp = TopicPartition(self._inner.topic, self._inner.partition)
-        return self._owner.reading(tp, lambda: self._inner.read(offset, max_records, max_bytes))
-
-    def end_offset(self) -> int:
-        return self._inner.end_offset()
-
-    def high_water(self) -> int:
-        return self._inner.high_water()
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class Readers:
-    """A reader factory for the manager: counts reads per partition; while ``gate`` is clear, reads wait in it."""
-
-    def __init__(self) -> None:
-        self.reads: Counter[TopicPartition] = Counter()
-        self.gate = threading.Event()
-        self.gate.set()
-        self.signal = Signal()
-        self._inside = 0
-        self.current: Counter[TopicPartition] = Counter()  # partitions being read now
-        self._lock = threading.Lock()
-
-    def __call__(self, data_dir: PathLike, topic: str, partition: int) -> LogReader:
-        return CountingReader(self, PartitionReader(data_dir, topic, partition))
-
-    def reading(self, tp: TopicPartition, read: Callable[[], list[Record]]) -> list[Record]:
-        with self._lock:
-            self.reads[tp] += 1
-            self._inside += 1
-            self.current[tp] += 1
-        self.signal.notify()
-        try:
-            assert self.gate.wait(WAIT)
-            return read()
-        finally:
-            with self._lock:
-                self._inside -= 1
-                self.current[tp] -= 1
-
-    def total(self) -> int:
-        with self._lock:
-            return sum(self.reads.values())
-
-    def inside(self) -> int:
-        """Reads in progress now."""
-        with self._lock:
-            return self._inside
-
-
-def poll_until(manager: FetchManager, count: int, timeout: float = WAIT) -> list[ConsumerRecord]:
-    """Poll until ``count`` records came back (each poll returns as soon as it has any)."""
-    out: list[ConsumerRecord] = []
-    deadline = threading.Event()
-    timer = threading.Timer(timeout, deadline.set)
-    timer.start()
-    try:
-        while len(out) < count and not deadline.is_set():
-            got = manager.poll(timeout_s=timeout, max_records=count - len(out))
-            assert len(got) <= manager.max_poll_records
-            out += got
-    finally:
-        timer.cancel()
-    assert len(out) == count, f"got {len(out)} records, wanted {count}"
-    return out
-
-
-def by_partition(records: list[ConsumerRecord]) -> dict[TopicPartition, list[int]]:
-    out: dict[TopicPartition, list[int]] = {}
-    for record in records:
-        out.setdefault(record.topic_partition, []).append(record.offset)
-    return out
-
-
-def fetcher_threads(consumer_id: str) -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith(f"fetcher-{consumer_id}")]
-
-
-@pytest.fixture
-def cid() -> str:
-    """A consumer id of Kafka's form, unique to the test, so its fetcher threads can be found by name."""
-    return f"g_host-1700000000000-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def managers(cid: str) -> Iterator[Callable[..., FetchManager]]:
-    """Makes started managers; closes them after the test and checks that every fetcher thread was joined."""
-    made: list[FetchManager] = []
-
-    def make(data_dir: PathLike, **kwargs: object) -> FetchManager:
-        kwargs.setdefault("idle_wait_s", 0.005)
-        manager = FetchManager(data_dir, **kwargs).start()  # type: ignore[arg-type]
-        made.append(manager)
-        return manager
-
-    yield make
-    for manager in made:
-        manager.close()
-    assert fetcher_threads(cid) == []
-
+cid, managers = helpers.cid, helpers.managers  # the shared fixtures
 
 # --- poll(): limits and KIP-41 fairness ----------------------------------------------------------------------------
 
@@ -598,161 +428,3 @@ def test_no_partition_buffers_more_than_max_buffered_records(
     assert events.signal.wait_for(lambda: manager.buffered() == dict.fromkeys((A, B, C, D), 5))
     assert not events.signal.wait_for(lambda: manager.retained() > 20, timeout=0.2)
     assert sorted(r.offset for r in manager.poll(WAIT)) == sorted(list(range(5)) * 4)
-
-
-# --- growing logs, new partitions, damage ---------------------------------------------------------------------------
-
-
-def test_fetchers_follow_a_growing_log_and_a_partition_created_later(
-    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
-) -> None:
-    append(tmp_path, A, 0, 5)
-    assert not partition_dir(tmp_path, B.topic, B.partition).exists()  # no producer has written to B yet
-    manager = managers(tmp_path, max_poll_records=4)
-    manager.assign({A: (0, f"{cid}-0"), B: (0, f"{cid}-1")})
-    records = poll_until(manager, 5)
-    for step in range(5):
-        append(tmp_path, A, 5 + 7 * step, 7, batch=3)
-        append(tmp_path, B, 3 * step, 3, batch=1)
-        records += poll_until(manager, 10)
-    assert by_partition(records) == {A: list(range(40)), B: list(range(15))}
-    assert manager.lag(A) == 0
-    append(tmp_path, A, 40, 12)
-    assert manager.lag(A) == 12
-    with pytest.raises(KeyError):
-        manager.lag(C)
-
-
-def damage_middle_batch(data_dir: Path, tp: TopicPartition) -> None:
-    """Write three batches of five records into ``tp`` and flip a byte inside the second one."""
-    directory = partition_dir(data_dir, tp.topic, tp.partition)
-    with PartitionWriter(data_dir, tp.topic, tp.partition, config=WriterConfig(index_interval_bytes=1 << 20)) as w:
-        w.append_batch([(None, value(tp, i)) for i in range(5)])
-        middle = log_path(directory, 0).stat().st_size
-        w.append_batch([(None, value(tp, i)) for i in range(5, 10)])
-        w.append_batch([(None, value(tp, i)) for i in range(10, 15)])
-    with open(log_path(directory, 0), "r+b") as f:
-        f.seek(middle + HEADER_SIZE + 10)
-        byte = f.read(1)[0]
-        f.seek(middle + HEADER_SIZE + 10)
-        f.write(bytes([byte ^ 0x40]))
-
-
-def test_a_damaged_log_stalls_its_partition_and_is_reported_while_the_others_go_on(
-    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
-) -> None:
-    damage_middle_batch(tmp_path, A)
-    append(tmp_path, B, 0, 10)
-    events = Events()
-    manager = managers(tmp_path, on_error=events.error)
-    manager.assign({A: (0, f"{cid}-0"), B: (0, f"{cid}-0")})
-    records = poll_until(manager, 15)  # A's records before the damage, and all of B's
-    assert by_partition(records) == {A: list(range(5)), B: list(range(10))}
-    assert events.signal.wait_for(lambda: len(events.errors) == 1)
-    assert events.errors[0][0] == A
-    assert isinstance(events.errors[0][1], CorruptLogError)
-    assert list(manager.failed()) == [A]
-    append(tmp_path, B, 10, 5)
-    assert by_partition(poll_until(manager, 5)) == {B: list(range(10, 15))}  # B's fetcher goes on
-    assert manager.positions() == {A: 5, B: 15}
-    manager.pause("retry")
-    manager.resume()  # tries A again: same damage, reported again
-    assert events.signal.wait_for(lambda: len(events.errors) == 2)
-
-
-def test_a_position_beyond_the_end_of_the_log_is_reported_not_waited_on(
-    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
-) -> None:
-    append(tmp_path, A, 0, 10)
-    events = Events()
-    manager = managers(tmp_path, on_error=events.error)
-    manager.assign({A: (50, f"{cid}-0")})
-    assert events.signal.wait_for(lambda: len(events.errors) == 1)
-    error = events.errors[0][1]
-    assert isinstance(error, OffsetOutOfRangeError)
-    assert (error.offset, error.start, error.end) == (50, 0, 10)
-    assert manager.poll(0.02) == []
-    assert manager.positions() == {A: 50}
-
-
-# --- wakeup, close, misuse -----------------------------------------------------------------------------------------
-
-
-def test_wakeup_returns_a_blocked_poll_at_once(tmp_path: Path, cid: str, managers: Callable[..., FetchManager]) -> None:
-    manager = managers(tmp_path)
-    manager.assign({A: (0, f"{cid}-0")})
-    result: list[list[ConsumerRecord]] = []
-    poller = threading.Thread(target=lambda: result.append(manager.poll(math.inf)))
-    poller.start()
-    manager.wakeup()
-    poller.join(WAIT)
-    assert not poller.is_alive()
-    assert result == [[]]
-
-
-def test_close_joins_every_fetcher_and_releases_a_blocked_poll(tmp_path: Path, cid: str) -> None:
-    append(tmp_path, A, 0, 3)
-    events = Events()
-    manager = FetchManager(tmp_path, idle_wait_s=0.005, on_stopped=events.stopped).start()
-    manager.assign({A: (0, f"{cid}-0"), B: (0, f"{cid}-1"), C: (0, f"{cid}-2")})
-    poll_until(manager, 3)
-    assert len(fetcher_threads(cid)) == 3
-    outcome: list[object] = []
-
-    def poll() -> None:
-        try:
-            outcome.append(manager.poll(60.0))
-        except RuntimeError as e:  # closed before this poll began
-            outcome.append(e)
-
-    poller = threading.Thread(target=poll)
-    poller.start()
-    assert manager.close() == {A: 3, B: 0, C: 0}
-    poller.join(WAIT)
-    assert not poller.is_alive()
-    assert outcome == [[]] or isinstance(outcome[0], RuntimeError)
-    assert fetcher_threads(cid) == []
-    assert [e[-1] for e in events.of("stopped")] == ["closed"] * 3
-    assert manager.close() == {}  # idempotent
-    with pytest.raises(RuntimeError, match="closed"):
-        manager.poll(0.0)
-    with pytest.raises(RuntimeError, match="closed"):
-        manager.start()
-
-
-def test_misuse_is_refused(tmp_path: Path, cid: str, managers: Callable[..., FetchManager]) -> None:
-    with pytest.raises(ConfigurationError, match="max_poll_records"):
-        FetchManager(tmp_path, max_poll_records=0)
-    with pytest.raises(ConfigurationError, match="max_buffered_records"):
-        FetchManager(tmp_path, max_buffered_records=0)
-    unstarted = FetchManager(tmp_path)
-    with pytest.raises(RuntimeError, match="not started"):
-        unstarted.assign({A: (0, f"{cid}-0")})
-    manager = managers(tmp_path)
-    with pytest.raises(ValueError, match="offset -1"):
-        manager.assign({A: (-1, f"{cid}-0")})
-    with pytest.raises(ValueError, match="thread"):
-        manager.assign({A: (0, "")})
-
-
-def test_callbacks_cannot_call_the_control_methods(
-    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
-) -> None:
-    append(tmp_path, A, 0, 5)
-    refused: list[str] = []
-    signal = Signal()
-    holder: list[FetchManager] = []
-
-    def try_control(*_: object) -> None:
-        try:
-            holder[0].revoke("from a callback")
-        except RuntimeError as e:
-            refused.append(str(e))
-        signal.notify()
-
-    manager = managers(tmp_path, on_started=try_control, on_fetched=try_control)
-    holder.append(manager)
-    manager.assign({A: (0, f"{cid}-0")})  # on_started runs on this thread, inside assign()
-    assert signal.wait_for(lambda: len(refused) == 2)  # on_fetched runs on the fetcher thread
-    assert all("callbacks" in message for message in refused)
-    assert [r.offset for r in poll_until(manager, 5)] == list(range(5))

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit import test_consumer_fetcher as base
-from tests.unit.test_consumer_fetcher import WAIT, Events, append, by_partition, poll_until, value
+from tests.unit import fetcher_helpers as base
+from tests.unit.fetcher_helpers import WAIT, Events, append, by_partition, poll_until, value
 from zkcoord.consumer.config import ConsumerConfig, Subscription
 from zkcoord.consumer.fetcher import FetchManager, OutOfRange
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
