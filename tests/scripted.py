@@ -1,7 +1,8 @@
 """A scripted consumer for coordinator tests: registers, obeys its channel in sequence order, records everything.
 
-It is a real ZooKeeper client (no mock): it creates its member znode, watches its channel and deletes commands to
-acknowledge them, exactly as the real consumer will.  Tests choose its behaviour: acknowledge (the default), never
+It is a real ZooKeeper client (no mock): it creates its member znode, watches its channel and acknowledges commands
+(deleted and recorded in the channel, in one transaction: :mod:`zkcoord.consumer.acks`), exactly as the real consumer
+does.  Tests choose its behaviour: acknowledge (the default), never
 acknowledge (a stuck member), or reject by rule.  Command handling runs on its own thread; the watch only enqueues.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from zkcoord.consumer.acks import acknowledge
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
@@ -108,7 +110,7 @@ class ScriptedConsumer:
                 self._apply(name, data)
                 if self.ack:
                     with contextlib.suppress(ZkError):
-                        self.zk.delete(path)
+                        acknowledge(self.zk, path)
 
     def _apply(self, name: str, data: bytes) -> None:
         try:

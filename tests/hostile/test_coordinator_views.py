@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -179,6 +179,86 @@ def test_a_channel_deleted_with_a_stop_in_flight_is_not_taken_for_an_acknowledge
     run.wait_members(GROUP, 3, timeout=DEADLINE)
     assert run.producer(TOPIC, 400, 2000).wait(60) == 0
     _check_clean(run, 600, {TOPIC})
+
+
+def _paused_members_stop_deleted(
+    zk_hosts: str,
+    tmp_path: Path,
+    stack: ExitStack,
+    delete: Callable[[Run, str], None],
+    then: Callable[[Run, str], None] | None = None,
+) -> None:
+    """A member's unread stop-fetcher deleted by someone else (``delete(run, channel)``, the member paused): the
+    deletion must not count as its acknowledgement -- its channel does not record the stop -- so the stop is
+    reported lost (the channel kept: ``unacknowledged``) and no barrier of that generation is passed; ``then``
+    runs after the coordinator's verdict, the member runs again, and the group converges with S2, S3, S4 intact."""
+    run = Run(zk_hosts, tmp_path, stack, session="8")
+    run.broker(1)
+    TopicAdmin(run.zk).create(TOPIC, 4)
+    procs = [run.consumer(GROUP, TOPIC) for _ in range(2)]
+    run.wait_members(GROUP, 2)
+    assert run.producer(TOPIC, 200, 2000).wait(60) == 0
+    run.wait_consumed_all(GROUP, {TOPIC})
+    before = run.state(GROUP)
+    assert before is not None
+    victim = _members(run)[0]
+    channel = paths.channel(GROUP, victim)
+    paused = _process_of(run, procs, victim)
+    paused.signal(signal.SIGSTOP)
+    try:
+        procs.append(run.consumer(GROUP, TOPIC))  # the join: a stop-fetcher to every member
+        wait_until(lambda: any("stop" in c for c in run.zk.get_children(channel)), DEADLINE, "a stop in the channel")
+        delete(run, channel)
+        generation = before.generation + 1
+        wait_until(
+            lambda: (
+                any(e["consumer"] == victim for e in _events(run, "command.lost"))
+                or any(int(str(e["generation"])) >= generation for e in _events(run, "rebalance.barrier"))
+            ),
+            DEADLINE,
+            "the coordinator to report the victim's stop lost (or, wrongly, to pass the barrier without it)",
+        )
+        lost = [e for e in _events(run, "command.lost") if e["consumer"] == victim]
+        assert lost, "a stop deleted by someone else was taken for the paused member's acknowledgement"
+        assert (lost[0]["option"], lost[0]["channel"]) == ("stop-fetcher", "unacknowledged")
+        barriers = [e for e in _events(run, "rebalance.barrier") if e["generation"] == lost[0]["generation"]]
+        assert barriers == [], "the barrier was passed while the paused member had read no stop (S2)"
+        if then is not None:
+            then(run, channel)
+    finally:
+        paused.signal(signal.SIGCONT)
+    run.wait_members(GROUP, 3, timeout=DEADLINE)
+    assert run.producer(TOPIC, 400, 2000).wait(60) == 0
+    _check_clean(run, 600, {TOPIC})
+
+
+def test_a_channel_deleted_children_first_is_not_taken_for_an_acknowledgement(
+    zk_hosts: str, tmp_path: Path, stack: ExitStack
+) -> None:
+    """A non-atomic delete of a channel with a stop in flight, as kazoo's ``delete(recursive=True)``, Curator and
+    zkCli before 3.6 do it: the children first, the channel a round trip later -- here after the coordinator has
+    judged the deletion of the stop, so that it finds the channel still there (the czxid check alone passes)."""
+
+    def children_first(run: Run, channel: str) -> None:
+        for name in run.zk.get_children(channel):
+            run.zk.delete(f"{channel}/{name}")
+
+    def then_the_channel(run: Run, channel: str) -> None:
+        run.zk.delete(channel, recursive=True)  # and anything the retry wrote into it meanwhile
+
+    _paused_members_stop_deleted(zk_hosts, tmp_path, stack, children_first, then_the_channel)
+
+
+def test_a_stop_deleted_alone_is_not_taken_for_an_acknowledgement(
+    zk_hosts: str, tmp_path: Path, stack: ExitStack
+) -> None:
+    """A stop-fetcher deleted by hand, alone (its channel kept), before its member read it."""
+
+    def the_stop_alone(run: Run, channel: str) -> None:
+        [stop] = [name for name in run.zk.get_children(channel) if "stop" in name]
+        run.zk.delete(f"{channel}/{stop}")
+
+    _paused_members_stop_deleted(zk_hosts, tmp_path, stack, the_stop_alone)
 
 
 # --- C: an owner znode deleted under its live owner, then a failover and a join --------------------------------

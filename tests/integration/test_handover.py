@@ -22,11 +22,11 @@ from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartit
 from zkcoord.consumer.offsets import Claims
 from zkcoord.errors import ZkUnavailableError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
 from zkcoord.layout.group_state import decode_owner, encode_owner
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
 from zkcoord.testbed.procs import wait_until
-from zkcoord.zk import WatchEvent, ZkClient, ZkConfig
+from zkcoord.zk import Transaction, WatchEvent, ZkClient, ZkConfig
 
 pytestmark = pytest.mark.integration
 
@@ -212,17 +212,33 @@ def test_a_lost_acknowledgement_of_a_finished_wait_is_retried(zk: ZkClient, zk_h
     with ExitStack() as stack:
         gainer, new, awaiting = _awaiting_gainer(zk, zk_hosts, tmp_path, stack)
         wait_until(lambda: gainer.handler.state.pending is not None, 10, "the wait")
-        real_delete, failed = gainer.zk.delete, list[bool]()
+        real_transaction, failed = gainer.zk.transaction, list[bool]()
 
-        def delete_failing_once(path: str, *args: object, **kw: object) -> None:
-            if path == awaiting and not failed:
-                failed.append(True)
-                raise ZkUnavailableError("injected connection loss", path)
-            real_delete(path, *args, **kw)  # type: ignore[arg-type]
+        class FailingOnce:
+            """The acknowledgement's transaction (delete + the channel's record): its first commit is lost."""
 
-        gainer.zk.delete = delete_failing_once  # type: ignore[method-assign]
+            def __init__(self, txn: Transaction) -> None:
+                self.txn, self.deleted = txn, list[str]()
+
+            def delete(self, path: str, version: int = -1) -> None:
+                self.deleted.append(path)
+                self.txn.delete(path, version)
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self.txn, name)
+
+            def commit(self, timeout: float | None = None) -> object:
+                if awaiting in self.deleted and not failed:
+                    failed.append(True)
+                    raise ZkUnavailableError("injected connection loss", awaiting)
+                return self.txn.commit(timeout)
+
+        gainer.zk.transaction = lambda: FailingOnce(real_transaction())  # type: ignore[method-assign,assignment,return-value]
         zk.set(paths.owner(GROUP, TOPIC, 1), encode_owner(new))
         wait_until(lambda: bool(failed) and gone(zk, awaiting), 10, "the acknowledgement, retried")
+        channel, _, name = awaiting.rpartition("/")
+        record = decode_acknowledged(zk.get(channel)[0], channel)
+        assert record is not None and record.name == name, "the retried acknowledgement is recorded in the channel"
         assert P1 in gainer.assignment()
 
 

@@ -9,7 +9,9 @@ consumer (commands are otherwise deleted within milliseconds), and walks the who
 * a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
   ``persistent-sequential`` one has none and ends in ZooKeeper's 10-digit sequence number;
 * every documented leaf was seen, so a path the code stopped writing cannot linger in the document (a committed
-  offset beyond the log's end makes a consumer write its reset record).
+  offset beyond the log's end makes a consumer write its reset record);
+* every channel's data is empty or the name of a command (the last one its consumer acknowledged), and some
+  channel records one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 from tests.integration.test_consumer_e2e import Run
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
+from zkcoord.layout.commands import decode_acknowledged
 from zkcoord.layout.znodes import encode_int
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient
@@ -35,6 +38,7 @@ pytestmark = pytest.mark.integration
 DOC = Path(__file__).resolve().parents[2] / "docs" / "zookeeper-layout.md"
 _TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)[├└]── (?P<name>\S+)(?:\s+(?P<kind>ephemeral|persistent(?:-sequential)?))?")
 _PLACEHOLDER = re.compile(r"<([^>]+)>")
+_CHANNEL = re.compile(r"/consumers/groups/[^/]+/channel/[^/]+")
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ def test_the_documented_trees_parse() -> None:
     assert layout["/consumers/coordinator_epoch"] == "persistent"
     assert layout["/consumers/<group>/owners/<topic>/<partition>"] == "ephemeral"
     assert layout["/consumers/groups/<group>"] is None
+    assert layout["/consumers/groups/<group>/channel/<consumerId>"] == "persistent"
     assert any(kind == "persistent-sequential" for kind in layout.values())
 
 
@@ -183,3 +188,8 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     assert wrong_kind == [], f"znodes of another kind than documented: {wrong_kind}"
     never_seen = sorted(d.path for d in layout if d.kind is not None and d.path not in matched)
     assert never_seen == [], f"documented znodes no part of the cluster wrote: {never_seen}"
+
+    # A channel's data is the name of the last command its consumer acknowledged, or empty (none yet).
+    channels = [path for path, _ in seen if _CHANNEL.fullmatch(path)]
+    records = {path: decode_acknowledged(run.zk.get(path)[0], path) for path in channels}  # raises if malformed
+    assert any(record is not None for record in records.values()), f"no channel records an acknowledgement: {records}"

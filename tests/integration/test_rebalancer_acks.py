@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from zkcoord.consumer.acks import acknowledge
 from zkcoord.coordinator.attempt import Step
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
@@ -65,8 +66,9 @@ def _deliver(r: Rebalancer, events: list[WatchEvent], expected: int) -> None:
 
 
 def _ack(zk: ZkClient, cid: str) -> None:
+    """Acknowledge as a consumer does (deleted and recorded in the channel)."""
     for name in zk.get_children(paths.channel(G, cid)):
-        zk.delete(f"{paths.channel(G, cid)}/{name}")
+        acknowledge(zk, f"{paths.channel(G, cid)}/{name}")
 
 
 def test_a_watch_failing_during_the_reconnect_recheck_is_rechecked_at_the_next_reconnect(zk: ZkClient) -> None:

@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from zkcoord.coordinator.acks import acknowledges
 from zkcoord.errors import CodecError
-from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.commands import (
+    Acknowledged,
+    Command,
+    CommandOption,
+    command_sequence,
+    decode_acknowledged,
+    encode_acknowledged,
+)
 from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner, encode_owner
 from zkcoord.layout.registrations import (
     BrokerRegistration,
@@ -290,3 +298,50 @@ def test_group_state_refuses_unknown_phase() -> None:
     bad = GroupState(1, GroupPhase.STABLE, 1, {}, {}).encode().replace(b'"stable"', b'"dancing"')
     with pytest.raises(CodecError, match="unknown phase"):
         GroupState.decode(bad)
+
+
+# --- a channel's data: the last command acknowledged in it ------------------------------------------------------
+
+
+@given(epoch=st.integers(0, 2**31), generation=st.integers(0, 2**31), seq=st.integers(0, 2**31 - 1))
+def test_a_channel_record_round_trips(epoch: int, generation: int, seq: int) -> None:
+    name = f"cmd-{epoch}-{generation}-stop-{seq:010d}"
+    assert decode_acknowledged(encode_acknowledged(name)) == Acknowledged(name, seq)
+
+
+def test_an_empty_channel_records_nothing_and_a_name_without_a_sequence_is_not_recorded() -> None:
+    assert decode_acknowledged(b"") is None
+    assert decode_acknowledged(None) is None
+    assert encode_acknowledged("junk") is None
+    assert command_sequence("cmd-7-12-start-0000000042") == 42
+    assert command_sequence("cmd-7-12-start-42") == -1
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"42",
+        b"\xff\xfe",
+        b"cmd-7-12-stop-",
+        "cmd-7-12-stop-٠١٢٣٤٥٦٧٨٩".encode(),
+        b"cmd 7 0000000001\n",
+        b"x" * 300 + b"0000000001",
+    ],
+)
+def test_a_channel_record_written_by_hand_is_refused(data: bytes) -> None:
+    with pytest.raises(CodecError):
+        decode_acknowledged(data)
+
+
+def test_a_record_acknowledges_its_command_and_every_earlier_one_only() -> None:
+    """The coordinator's rule (zkcoord.coordinator.acks): a record of the command or of a later one acknowledges it;
+    with the command's name unknown (a resumed write), a record of a command of the step does."""
+    step = "cmd-7-12-stop-"
+    record = Acknowledged("cmd-7-12-stop-0000000005", 5)
+    assert acknowledges(record, "cmd-7-12-stop-0000000005", step)
+    assert acknowledges(record, "cmd-7-12-stop-0000000004", step)
+    assert not acknowledges(record, "cmd-7-12-stop-0000000006", step)
+    assert not acknowledges(None, "cmd-7-12-stop-0000000005", step)
+    assert acknowledges(record, None, step)
+    assert not acknowledges(Acknowledged("cmd-7-11-start-0000000004", 4), None, step)
+    assert not acknowledges(record, "cmd-7-12-stop-junk", step)

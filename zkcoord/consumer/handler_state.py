@@ -13,16 +13,15 @@ Command thread only, except :attr:`HandlerState.rebalances` and :attr:`HandlerSt
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from zkcoord.consumer.acks import acknowledge
 from zkcoord.consumer.commits import Commits
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.vouch import Admission
-from zkcoord.errors import NoNodeError
 from zkcoord.layout.commands import Command
 
 log = logging.getLogger(__name__)
@@ -89,11 +88,11 @@ class HandlerState:
         self.displaced = False
 
     def ack(self, path: str, name: str) -> None:
-        """Acknowledge (delete) an applied command.  :raises ZkError: it stays to delete when redelivered."""
+        """Acknowledge an applied (or refused) command: delete it and record it in its channel, in one transaction
+        (:mod:`zkcoord.consumer.acks`).  :raises ZkError: it stays to acknowledge when redelivered."""
         self.applied.add(name)
         self.unacked.add(name)
-        with contextlib.suppress(NoNodeError):
-            self.c.zk.delete(path)
+        acknowledge(self.c.zk, path)
         self.unacked.discard(name)
 
     def release(self) -> None:

@@ -27,12 +27,12 @@ thread; a lock serialises them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
+from zkcoord.consumer.acks import acknowledge, add_acknowledgement
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
@@ -233,8 +233,9 @@ class OffsetStore:
         commit before the partitions go to another owner -- the next owner starts from what it reads there; an
         existing one is left alone, since it may hold an operator's fix of a position we never moved), in one
         transaction that checks every owner version first.  ``ack``: a
-        command to delete in that same transaction (so it is acknowledged exactly when the commit lands), or alone
-        when there is nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
+        command to acknowledge in that same transaction (deleted and recorded in its channel,
+        :mod:`zkcoord.consumer.acks`: so it is acknowledged exactly when the commit lands), or alone when there is
+        nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
         longer fetched) whose owner znode that same transaction sets to the given thread, conditional on the version
         we claimed -- the new owner starts them once it reads itself there, so after this commit (S2, S3).  Only
         partitions we hold a claim on can be handed over; others are left out.
@@ -287,8 +288,7 @@ class OffsetStore:
                 written.update(todo)
                 todo, handing = {}, {}
             if ack is not None:  # nothing (left) to commit: acknowledge alone
-                with contextlib.suppress(NoNodeError):
-                    self.zk.delete(ack)
+                acknowledge(self.zk, ack)
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
         return written
@@ -309,8 +309,8 @@ class OffsetStore:
     def _commit_once(
         self, todo: Mapping[TopicPartition, int], ack: str | None, handover: Mapping[TopicPartition, str]
     ) -> None:
-        """One transaction: check every owner version (setting those handed over), write every offset, delete
-        ``ack``.  Lock held."""
+        """One transaction: check every owner version (setting those handed over), write every offset, acknowledge
+        ``ack`` (deleted, and recorded in its channel).  Lock held."""
         txn = self.zk.transaction()
         for tp in sorted({*todo, *handover}):
             owner, version = paths.owner(self.group, tp.topic, tp.partition), self._claims[tp].owner_version
@@ -325,7 +325,7 @@ class OffsetStore:
             else:
                 txn.create(path, encode_int(todo[tp]))
         if ack is not None:
-            txn.delete(ack)
+            add_acknowledgement(txn, ack)  # the delete, and the channel's record of it (zkcoord.consumer.acks)
         txn.commit()
         for tp, off in todo.items():
             c = self._claims[tp]

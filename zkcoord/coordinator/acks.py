@@ -1,22 +1,27 @@
-"""Acknowledgements of a rebalance step's commands, and telling them from commands lost with their channel.
+"""Acknowledgements of a rebalance step's commands: a command's deletion counts only if its member recorded it.
 
-A consumer acknowledges a command by deleting it (in the transaction that commits its offsets), and the coordinator
-sees only the deletion: a one-shot data watch on each command written, or, after a connection loss, a listing of the
-channel without it.  But a command also disappears when its whole channel is deleted -- by hand (``deleteall``), or
-by a buggy client -- and the member then never read it: a stop-fetcher lost that way, taken for an acknowledgement,
-would let the coordinator give the member's partitions to another while it still fetches them (S2).
+A consumer acknowledges a command by deleting it and, in the same transaction, writing the command's name into its
+channel znode's data (:mod:`zkcoord.consumer.acks`; in the transaction that commits its offsets, for a stop that
+commits them).  The coordinator sees the deletion -- a one-shot data watch on each command written, or, after a
+connection loss, a listing of the channel without it -- but a command also disappears when someone else deletes it:
+by hand, alone, or with its whole channel, which kazoo's ``delete(recursive=True)``, Curator and older zkCli do
+children first, the channel a round trip later.  Its member then never read it: a stop-fetcher lost that way, taken
+for an acknowledgement, would let the coordinator give the member's partitions to another while it still fetches
+them (S2).
 
-The rule: **a command's deletion is its acknowledgement only if its channel is still the one it was written into**
--- the channel exists and was created no later than the command (its ``czxid`` is at most the zxid of the
-transaction that created the command, :class:`~zkcoord.coordinator.commands.PhaseWriter`).  A channel that is gone,
-or was created again since (by its consumer, which recreates a deleted channel, or by anyone), means the command was
-lost: the step is not complete, whatever the deletions said.  It is checked for every recipient of the step, in one
-pipelined read, when the last deletion arrives -- before the step's barrier is passed -- so a channel deleted at any
-time before then is caught.  A lost command is journalled (``command.lost``) and the attempt is retried: the retry is
-eager, it lists the channels again, so each member is commanded again in the channel that exists now (and one whose
-channel is gone gets a new one), and nothing starts before every member acknowledged a stop written into its current
-channel.  (A command deleted alone, its channel kept, cannot be told from an acknowledgement by what ZooKeeper keeps:
-nothing here claims that case.)
+The rule: **a command's deletion is its acknowledgement only if its channel is still the one it was written into and
+records it, or a later command, as acknowledged** -- the channel exists, was created no later than the command (its
+``czxid`` is at most the zxid of the transaction that created the command,
+:class:`~zkcoord.coordinator.commands.PhaseWriter`), and its data names a command whose sequence number is at least
+the command's (:func:`acknowledges`; the member handles its commands in sequence order, so a later one acknowledged
+means this one was handled).  Sequence numbers start over in a channel created again, which is why the record is
+only ever written with the delete of a command in the same channel, and why the ``czxid`` check still holds.  It is
+checked for every recipient of the step, in one pipelined read, when the last deletion arrives -- before the
+step's barrier is passed.  A channel gone, created again, or whose data does not record the command (empty,
+unreadable, or naming an earlier command) means the command was lost: the step is not complete, whatever the
+deletions said.  A lost command is journalled (``command.lost``) and the attempt is retried: the retry is eager, it
+lists the channels again, so each member is commanded again in the channel that exists now (and one whose channel
+is gone gets a new one), and nothing starts before every member acknowledged a stop written into its current channel.
 
 Threads: everything runs on the coordinator's worker thread; the watch callback only enqueues.
 """
@@ -27,10 +32,11 @@ import logging
 from collections.abc import Callable
 
 from zkcoord.coordinator.attempt import Attempt
-from zkcoord.errors import ZkError
+from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
+from zkcoord.layout.commands import Acknowledged, command_sequence, decode_acknowledged
 from zkcoord.runtime.journal import Journal
-from zkcoord.zk import WatchEvent, WatchKind, ZkClient
+from zkcoord.zk import Stat, WatchEvent, WatchKind, ZkClient
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +88,7 @@ class Acks:
         if not name.startswith(attempt.prefix):
             return  # a command of an earlier attempt
         if event.kind is WatchKind.DELETED:
+            attempt.commands.setdefault(consumer_id, name)
             self.acked(attempt, consumer_id)
         else:
             self.watch_commands(attempt, [event.path])
@@ -102,6 +109,7 @@ class Acks:
                 continue
             if attempt.prefix != prefix:
                 return  # the last acknowledgement advanced the attempt: the rest were of the step before
+            attempt.commands.setdefault(parsed[1], parsed[2])
             self.acked(attempt, parsed[1])
 
     def recheck(self, attempt: Attempt) -> None:
@@ -125,6 +133,8 @@ class Acks:
             return
         mine = [name for name in children if name.startswith(attempt.prefix)]
         if mine:
+            # One command per recipient and step: the lowest is the coordinator's (another is a copy made by hand).
+            attempt.commands.setdefault(consumer_id, min(mine, key=command_sequence))
             self.watch_commands(attempt, [f"{paths.channel(attempt.group, consumer_id)}/{name}" for name in mine])
         else:
             self.acked(attempt, consumer_id)
@@ -147,8 +157,8 @@ class Acks:
             self._complete(attempt)
 
     def _complete(self, attempt: Attempt) -> None:
-        """Every command of the step is gone: pass the step if each was deleted in the channel it was written into,
-        else retry the attempt (module docstring)."""
+        """Every command of the step is gone: pass the step if each was acknowledged by its member, else retry the
+        attempt (module docstring)."""
         members = sorted(attempt.recipients)
         try:
             reads = self.zk.get_many([paths.channel(attempt.group, cid) for cid in members])
@@ -157,21 +167,55 @@ class Acks:
             return
         lost = []
         for cid, got in zip(members, reads, strict=True):
-            written = attempt.written.get(cid)
-            if got is None or written is None or got[1].czxid > written:
-                lost.append(cid)
-                self.journal.emit(
-                    "command.lost",
-                    group=attempt.group,
-                    consumer=cid,
-                    generation=attempt.generation,
-                    epoch=self.epoch,
-                    option=attempt.option_for(cid).value,
-                    channel="deleted" if got is None else "recreated",
-                )
+            why = self._unacknowledged(attempt, cid, got)
+            if why is None:
+                continue
+            lost.append(cid)
+            self.journal.emit(
+                "command.lost",
+                group=attempt.group,
+                consumer=cid,
+                generation=attempt.generation,
+                epoch=self.epoch,
+                option=attempt.option_for(cid).value,
+                channel=why,
+            )
         if not lost:
             self.advance(attempt)
             return
-        log.warning("group %s: command(s) lost with their channel: %s", attempt.group, ", ".join(lost))
+        log.warning("group %s: command(s) deleted unacknowledged: %s", attempt.group, ", ".join(lost))
         self.forget_channels(attempt.group)
-        self.retry(attempt, f"command(s) lost with their channel (not acknowledged): {', '.join(lost)}")
+        self.retry(attempt, f"command(s) deleted without their member's acknowledgement: {', '.join(lost)}")
+
+    @staticmethod
+    def _unacknowledged(attempt: Attempt, consumer_id: str, channel: tuple[bytes, Stat] | None) -> str | None:
+        """None if ``consumer_id``'s command of the step was acknowledged, by what its ``channel`` (as read) holds;
+        else why not (the ``channel`` field of ``command.lost``)."""
+        written = attempt.written.get(consumer_id)
+        if channel is None:
+            return "deleted"
+        if written is None or channel[1].czxid > written:
+            return "recreated"
+        try:
+            record = decode_acknowledged(channel[0], paths.channel(attempt.group, consumer_id))
+        except CodecError:
+            return "unreadable"
+        if not acknowledges(record, attempt.commands.get(consumer_id), attempt.prefix):
+            return "unacknowledged"
+        return None
+
+
+def acknowledges(record: Acknowledged | None, command: str | None, prefix: str) -> bool:
+    """Whether a channel's ``record`` (its data, decoded) acknowledges the step's ``command`` in it (its name).
+
+    A record of the command or of a later one (a sequence number at least the command's) does: commands are handled
+    in sequence order.  With the command's name unknown (its write's reply was lost, and its member deleted it before
+    the coordinator listed the channel), the record must name a command of the step (``prefix``: the epoch and
+    generation are the step's alone, and each recipient gets one command per step).
+    """
+    if record is None:
+        return False
+    if command is None:
+        return record.name.startswith(prefix)
+    sequence = command_sequence(command)
+    return sequence >= 0 and record.sequence >= sequence

@@ -79,6 +79,9 @@ class Attempt:
     #: by recipient, the zxid of the transaction that wrote its command of this step (its channel must be no newer
     #: for the command's deletion to count as acknowledged: :mod:`~zkcoord.coordinator.acks`)
     written: dict[str, int] = field(default_factory=dict)
+    #: by recipient, the name of its command of this step, once known (from the write's results, or a listing of its
+    #: channel): its channel must record it, or a later one, as acknowledged (:mod:`~zkcoord.coordinator.acks`)
+    commands: dict[str, str] = field(default_factory=dict)
     #: the plan's target split by member (see :meth:`share`)
     _shares: dict[str, Assignment] | None = field(default=None, init=False, repr=False)
 

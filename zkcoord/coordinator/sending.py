@@ -175,7 +175,7 @@ class Sender:
         attempt.ops = ops
         attempt.outstanding = set(attempt.recipients)
         if not start:
-            attempt.written = {}
+            attempt.written, attempt.commands = {}, {}
         attempt.step_started = self.clock()
         self._tokens += 1
         attempt.token = self._tokens
@@ -201,6 +201,7 @@ class Sender:
             parsed = paths.command_of(path)
             if parsed is not None:
                 attempt.written[parsed[1]] = zxid
+                attempt.commands[parsed[1]] = parsed[2]
         attempt.channels |= attempt.recipients
         revoke = attempt.moves.revoke if attempt.moves is not None else {}
         for cid in sorted(attempt.recipients):

@@ -1,9 +1,11 @@
-"""Codec of the command channel ``/consumers/groups/<g>/commands/<consumerId>``: what the coordinator tells a member.
+"""Codec of the command channel ``/consumers/groups/<g>/channel/<consumerId>``: what the coordinator tells a member,
+and what the member acknowledged.
 
 :class:`Command` (a ``stop-fetcher`` or ``start-fetcher``, ``docs/protocol.md``) and the ownership map it carries
 (:data:`Ownership`, :func:`encode_ownership`, :func:`decode_ownership`, which :mod:`~zkcoord.layout.group_state`
-shares for a group's target).  Every ``decode`` validates and raises :class:`~zkcoord.errors.CodecError` on anything
-malformed (S7).
+shares for a group's target); the channel znode's own data, the last command its member acknowledged
+(:func:`encode_acknowledged`, :func:`decode_acknowledged`).  Every ``decode`` validates and raises
+:class:`~zkcoord.errors.CodecError` on anything malformed (S7).
 
 Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names` and
 :mod:`zkcoord.layout.znodes` (the shared format).
@@ -11,6 +13,7 @@ Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -202,3 +205,49 @@ def _decode_revoke(raw: Any, what: str, path: str | None, name: str = "revoke") 
             raise CodecError(what, f"{name} of topic {topic_name!r} must be a list of partition numbers", path)
         out[topic_name] = tuple(sorted(set(parts)))
     return out
+
+
+# --- the channel's own data: the last command acknowledged in it ----------------------------------------------------
+
+#: A command name a channel can record: printable ASCII ending in ZooKeeper's 10-digit sequence number.
+_RECORDABLE = re.compile(r"[!-~]{0,190}?([0-9]{10})")
+
+
+def command_sequence(name: str) -> int:
+    """The sequence number ZooKeeper appended to a command's name (10 digits); -1 if there is none."""
+    m = _RECORDABLE.fullmatch(name)
+    return int(m.group(1)) if m is not None else -1
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """A channel's record of the last command its member acknowledged (deleted, having handled it)."""
+
+    name: str
+    sequence: int
+
+
+def encode_acknowledged(name: str) -> bytes | None:
+    """The channel data recording that command ``name`` was acknowledged: the name itself (ASCII); None for a name
+    that records nothing (no sequence number: not a command ZooKeeper numbered, so never one a coordinator waits for).
+    """
+    return name.encode("ascii") if command_sequence(name) >= 0 else None
+
+
+def decode_acknowledged(data: bytes | None, path: str | None = None) -> Acknowledged | None:
+    """A channel's data: None if empty (nothing acknowledged in this channel yet, as its creator leaves it).
+
+    :raises CodecError: anything but the name of a command with a sequence number (written by hand: it
+        acknowledges nothing).
+    """
+    if not data:
+        return None
+    what = "channel acknowledgement"
+    try:
+        name = data.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise CodecError(what, "not ASCII", path) from e
+    sequence = command_sequence(name)
+    if sequence < 0:
+        raise CodecError(what, f"expected a command name ending in a 10-digit sequence number, got {name[:40]!r}", path)
+    return Acknowledged(name, sequence)

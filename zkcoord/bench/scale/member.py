@@ -9,7 +9,8 @@ Each consumer behaves as ``tests/scripted.py``'s :class:`ScriptedConsumer` (the 
    consumer id ``<group>_<host>-<ms>-<8 hex>``;
 3. lists its channel with a child watch, and on every watch event lists it again: new commands are read in sequence
    order (the 10-digit suffix), a command older than the newest ``(epoch, generation)`` seen is refused as stale, a
-   malformed one is recorded, and each is deleted (the acknowledgement).  No fetching: control plane only.
+   malformed one is recorded, and each is acknowledged: deleted, and recorded in the channel's data, in one
+   transaction (as :mod:`zkcoord.consumer.acks` does).  No fetching: control plane only.
 
 A dropped connection is resumed in the same session (and the channel listed again, which re-arms the watch); a session
 the server declares expired is replaced by a new one that registers again under the same consumer id.
@@ -30,7 +31,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from kazoo import exceptions as kz
-from kazoo.protocol.serialization import Create, Delete, Exists, GetChildren, GetData
+from kazoo.protocol.serialization import Create, Delete, Exists, GetChildren, GetData, SetData, Transaction
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from zkcoord.bench.scale.wire import (
@@ -44,7 +45,7 @@ from zkcoord.bench.scale.wire import (
 )
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.commands import Command, CommandOption, encode_acknowledged
 from zkcoord.layout.registrations import MemberRegistration, Pattern
 
 log = logging.getLogger("swarm")
@@ -273,7 +274,7 @@ class Member:
             children = await self._request(GetChildren(self.full(self.channel), True))
         present = set(children)
         # Applied earlier but still there: the delete was lost with a connection.  Acknowledge again.
-        again = [self._request(Delete(self.full(f"{self.channel}/{n}"), -1)) for n in sorted(self._done & present)]
+        again = [self._ack(n) for n in sorted(self._done & present, key=lambda n: n[-10:])]
         self._done &= present
         fresh = sorted((n for n in children if n not in self._done), key=lambda n: n[-10:])
         reads = [(n, self._request(GetData(self.full(f"{self.channel}/{n}"), False))) for n in fresh]
@@ -285,10 +286,20 @@ class Member:
                 continue
             self._done.add(name)
             self._apply(name, data)
-            acks.append(self._request(Delete(self.full(f"{self.channel}/{name}"), -1)))
+            acks.append(self._ack(name))
         for ack in acks:
             with contextlib.suppress(kz.NoNodeError):
                 await ack
+
+    def _ack(self, name: str) -> asyncio.Future[Any]:
+        """Acknowledge command ``name``: one transaction deleting it and recording it in the channel (pipelined:
+        ZooKeeper applies a session's requests in order, so the record only grows).  A command already gone fails the
+        transaction in its results, not as an error."""
+        ops: list[Any] = [Delete(self.full(f"{self.channel}/{name}"), -1)]
+        record = encode_acknowledged(name)
+        if record is not None:
+            ops.append(SetData(self.full(self.channel), record, -1))
+        return self._request(Transaction(ops))
 
     def _apply(self, name: str, data: bytes | None) -> None:
         stats = self.swarm.stats

@@ -1,0 +1,45 @@
+"""Acknowledging a command: deleting it and recording it in its channel, in one transaction.
+
+The coordinator counts a command's deletion as its member's acknowledgement only if the channel records that command
+(or a later one) as acknowledged (``zkcoord.coordinator.acks``): a command deleted by anything else -- by hand, or
+by a non-atomic delete of the whole channel, which removes the children a round trip before the channel -- is lost,
+not acknowledged.  So every deletion of a command by its consumer is this transaction: delete the command, then set
+the channel's data to the command's name (:func:`zkcoord.layout.commands.encode_acknowledged`).
+
+The two go in one transaction for a reason: the delete succeeding proves the channel is the one the command was
+written into, so the record never lands in a channel deleted and created again since (where sequence numbers start
+over, and an old record would acknowledge new commands).  Commands are handled in sequence order, so the record is
+the highest acknowledged so far; a retry after a lost reply writes the same record again (or finds the command gone:
+it landed).
+
+Threads: whichever thread acknowledges (the command thread; the commit path under its lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from zkcoord.errors import NoNodeError
+from zkcoord.layout.commands import encode_acknowledged
+from zkcoord.zk import Transaction, ZkClient
+
+
+def add_acknowledgement(txn: Transaction, command: str) -> None:
+    """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it.
+    The transaction fails with :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already."""
+    txn.delete(command)
+    channel, _, name = command.rpartition("/")
+    record = encode_acknowledged(name)
+    if record is not None:
+        txn.set_data(channel, record)
+
+
+def acknowledge(zk: ZkClient, command: str) -> None:
+    """Acknowledge ``command`` alone (one transaction); already gone is fine.
+
+    :raises ZkError: on I/O failure (the outcome may be unknown: acknowledging again is idempotent).
+    """
+    txn = zk.transaction()
+    add_acknowledgement(txn, command)
+    with contextlib.suppress(NoNodeError):
+        txn.commit()
