@@ -40,14 +40,14 @@ import logging
 from zkcoord.consumer.commits import Closing, Commits, FinalCommit
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState, PartitionsCallback, Rebalance
-from zkcoord.consumer.inbox import Wait, admit, sequence_of
+from zkcoord.consumer.inbox import Wait, admit
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_channel, check_registration
 from zkcoord.consumer.starting import Starter
 from zkcoord.consumer.vouch import Admission
 from zkcoord.errors import ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.commands import Command, CommandOption, command_sequence
 from zkcoord.runtime.shutdown import RELEASE, StopReport
 from zkcoord.zk import ConnState
 
@@ -238,7 +238,7 @@ class CommandHandler:
         self.state.applied &= set(children)  # forget names that are gone
         self.state.waiting &= set(children)
         self.state.unacked &= self.state.applied
-        for name in sorted(children, key=sequence_of):
+        for name in sorted(children, key=command_sequence):
             path = f"{channel}/{name}"
             if name in self.state.applied:
                 if name in self.state.unacked:  # applied, but the delete was lost with the connection

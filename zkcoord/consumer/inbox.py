@@ -26,7 +26,7 @@ from zkcoord.consumer.registration import check_registration
 from zkcoord.consumer.vouch import beyond_target, vouch
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command
+from zkcoord.layout.commands import Command, command_sequence
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
     :raises ZkError: on I/O failure (nothing was decided; the channel is listed again).
     """
     c = handler.c
-    if not name.startswith(paths.COMMAND_PREFIX) or sequence_of(name) < 0:
+    if not name.startswith(paths.COMMAND_PREFIX) or command_sequence(name) < 0:
         # Not a command at all: refuse it, and delete it so the channel stays a queue of commands.
         _refuse(handler, name, path, None, "not a command znode")
         return None
@@ -108,12 +108,6 @@ def reject(c: ConsumerCore, name: str, command: Command | None, reason: str) -> 
         fields = {"option": command.option.value, "epoch": command.epoch, "generation": command.generation}
     c.journal.emit("command.rejected", group=c.config.group, consumer=c.consumer_id, name=name, reason=reason, **fields)
     log.warning("consumer %s: refused command %s: %s", c.consumer_id, name, reason)
-
-
-def sequence_of(name: str) -> int:
-    """The sequence number ZooKeeper appended to a command's name (10 digits); -1 if there is none."""
-    tail = name[-10:]
-    return int(tail) if len(name) > 10 and tail.isdigit() else -1
 
 
 def _refuse(handler: HandlerState, name: str, path: str, command: Command | None, reason: str) -> None:
