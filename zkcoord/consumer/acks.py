@@ -12,6 +12,11 @@ over, and an old record would acknowledge new commands).  Commands are handled i
 the highest acknowledged so far; a retry after a lost reply writes the same record again (or finds the command gone:
 it landed).
 
+Only a command the consumer applied is recorded.  One it refused (malformed, stale, forged, meant for another
+registration) is deleted without a record: the coordinator that wrote it, if any, takes it for lost and retries,
+and a hand that deletes a real command and then writes a forged later one cannot make the forgery's refusal record
+the real one as acknowledged (the record names "this command or a later one").
+
 Threads: whichever thread acknowledges (the command thread; the commit path under its lock).
 """
 
@@ -24,22 +29,24 @@ from zkcoord.layout.commands import encode_acknowledged
 from zkcoord.zk import Transaction, ZkClient
 
 
-def add_acknowledgement(txn: Transaction, command: str) -> None:
-    """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it.
-    The transaction fails with :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already."""
+def add_acknowledgement(txn: Transaction, command: str, *, record: bool = True) -> None:
+    """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it
+    (unless not ``record``: a refused command is only deleted).  The transaction fails with
+    :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already."""
     txn.delete(command)
     channel, _, name = command.rpartition("/")
-    record = encode_acknowledged(name)
-    if record is not None:
-        txn.set_data(channel, record)
+    recorded = encode_acknowledged(name) if record else None
+    if recorded is not None:
+        txn.set_data(channel, recorded)
 
 
-def acknowledge(zk: ZkClient, command: str) -> None:
-    """Acknowledge ``command`` alone (one transaction); already gone is fine.
+def acknowledge(zk: ZkClient, command: str, *, record: bool = True) -> None:
+    """Acknowledge ``command`` alone (one transaction); already gone is fine.  ``record``: see
+    :func:`add_acknowledgement`.
 
     :raises ZkError: on I/O failure (the outcome may be unknown: acknowledging again is idempotent).
     """
     txn = zk.transaction()
-    add_acknowledgement(txn, command)
+    add_acknowledgement(txn, command, record=record)
     with contextlib.suppress(NoNodeError):
         txn.commit()

@@ -50,7 +50,7 @@ from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
-from zkcoord.errors import NoNodeError, ZkError
+from zkcoord.errors import BadVersionError, ConsumerIdInUseError, NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
@@ -141,7 +141,7 @@ class Consumer:
         self.lease.renew(sent)
         self.zk.add_listener(self._on_state)
         self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
-        self.core.register()
+        self._register_first()
         self.fetcher.start()
         for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):
             thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
@@ -216,11 +216,33 @@ class Consumer:
         report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
         return report
 
+    def _register_first(self) -> None:
+        """Register at start.  A live registration at our id may be our own previous process's, killed before its
+        session expired: wait that session out (up to the session timeout and a half) before refusing.
+
+        :raises ConsumerIdInUseError: another live session still holds our id.
+        """
+        deadline = self.clock() + self.config.session_timeout_s * 1.5
+        while True:
+            try:
+                self.core.register()
+            except ConsumerIdInUseError:
+                if self.clock() >= deadline:
+                    raise
+                time.sleep(0.2)
+            else:
+                return
+
     def _deregister(self, report: StopReport) -> None:
-        """Delete the member znode (and a migrating consumer's 0.8 registration); absent already is done."""
+        """Delete our member znode -- only our own: not a registration another process made at our id while we were
+        not registered -- (and a migrating consumer's 0.8 registration); absent already is done."""
+        path = paths.member(self.config.group, self.consumer_id)
         try:
-            with contextlib.suppress(NoNodeError):  # its session ended: gone with it
-                self.zk.delete(paths.member(self.config.group, self.consumer_id))
+            held = self.zk.exists(path)
+            mine = held is not None and held.ephemeralOwner == self.zk.session_id and held.czxid == self.incarnation
+            with contextlib.suppress(NoNodeError, BadVersionError):  # its session ended: gone with it
+                if mine and held is not None:
+                    self.zk.delete(path, held.version)
             if self.bridge is not None:
                 self.bridge.deregister()
         except ZkError as e:

@@ -45,7 +45,7 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_channel, check_registration
 from zkcoord.consumer.starting import Starter
 from zkcoord.consumer.vouch import Admission
-from zkcoord.errors import ZkCoordError, ZkError
+from zkcoord.errors import ConsumerIdInUseError, ZkCoordError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption, command_sequence
 from zkcoord.runtime.shutdown import RELEASE, StopReport
@@ -226,7 +226,18 @@ class CommandHandler:
         if c.bridge is not None:
             with self.state.commits.lock:
                 c.bridge.release_leaked()
-        c.register()
+        try:
+            c.register()
+        except ConsumerIdInUseError as e:
+            # Another process registered with our id while we were away: stay lost (stopped, unregistered) and try
+            # again shortly (a data watch does not help while lost: zkcoord.consumer.registration).
+            if not self.state.displaced:
+                self.state.displaced = True
+                log.warning("consumer %s: not registered again: %s", c.consumer_id, e)
+                c.journal.emit("input.rejected", what="registering again", path=c.consumer_id, reason=str(e))
+            c.redeliver_later(("register", None), delay=1.0)
+            return
+        self.state.displaced = False
         self.state.lost = False
         self.state.wait_abandoned()
 
@@ -237,6 +248,7 @@ class CommandHandler:
         channel = paths.channel(c.config.group, c.consumer_id)
         self.state.applied &= set(children)  # forget names that are gone
         self.state.waiting &= set(children)
+        self.state.refused &= set(children)
         self.state.unacked &= self.state.applied
         for name in sorted(children, key=command_sequence):
             path = f"{channel}/{name}"

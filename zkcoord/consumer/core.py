@@ -103,9 +103,12 @@ class ConsumerCore:
         reg = self.config.subscription.registration(
             self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
         )
-        if self.bridge is not None:
-            self.bridge.register(reg, self.config.session_timeout_s * 2, self.closing)
         path = paths.member(self.config.group, self.consumer_id)
+        if self.bridge is not None:
+            held = self.zk.exists(path)  # before the bridge's 0.8 registration, which would otherwise be left behind
+            if held is not None and held.ephemeralOwner not in (0, self.zk.session_id):
+                raise ConsumerIdInUseError(self.consumer_id, held.ephemeralOwner)
+            self.bridge.register(reg, self.config.session_timeout_s * 2, self.closing)
         stat: Stat | None
         try:
             stat = self.zk.create_stat(path, reg.encode(), ephemeral=True, makepath=True)

@@ -86,14 +86,20 @@ class HandlerState:
         #: our registration ended under a live session and another live session holds our id (another process runs
         #: with it): we are stopped and unregistered until it is gone (zkcoord.consumer.registration)
         self.displaced = False
+        #: commands refused (acknowledged without a record: zkcoord.consumer.acks), until they are gone
+        self.refused: set[str] = set()
 
     def ack(self, path: str, name: str) -> None:
-        """Acknowledge an applied (or refused) command: delete it and record it in its channel, in one transaction
-        (:mod:`zkcoord.consumer.acks`).  :raises ZkError: it stays to acknowledge when redelivered."""
+        """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in
+        one transaction (:mod:`zkcoord.consumer.acks`).  :raises ZkError: it stays to acknowledge when redelivered."""
         self.applied.add(name)
         self.unacked.add(name)
-        acknowledge(self.c.zk, path)
+        acknowledge(self.c.zk, path, record=name not in self.refused)
         self.unacked.discard(name)
+
+    def refuse(self, name: str) -> None:
+        """Command ``name`` is refused: its acknowledgement deletes it without recording it."""
+        self.refused.add(name)
 
     def release(self) -> None:
         """Forget our claims; a migrating consumer also deletes its 0.8 owner znodes (after the last commit)."""

@@ -72,8 +72,9 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
         return None
     if command.incarnation is not None and command.incarnation != c.incarnation:
         check_registration(handler)  # see the module's docstring
-        if handler.displaced:
-            # Another process holds our id: this command may be its own (it reads this channel too).  Leave it.
+        if c.incarnation is None and not handler.lost:
+            # Not registered under a live session (another process holds our id, or registering failed): this
+            # command may be another registration's at our id (it reads this channel too).  Leave it.
             _wait(handler, name, "meant for the registration of another process with our id")
             return WAIT
     reason = handler.admission.refusal(command, c.incarnation)
@@ -112,6 +113,7 @@ def reject(c: ConsumerCore, name: str, command: Command | None, reason: str) -> 
 
 def _refuse(handler: HandlerState, name: str, path: str, command: Command | None, reason: str) -> None:
     reject(handler.c, name, command, reason)
+    handler.refuse(name)
     handler.ack(path, name)
 
 

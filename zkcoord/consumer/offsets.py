@@ -368,24 +368,27 @@ class OffsetStore:
             else:
                 now = stat
                 if holder != claim.thread:
-                    vouched = self._target_vouches(tp, claim.thread, claim.session)
+                    vouched = self._target_vouches(tp, claim.thread, claim.session, stat)
                     now = self._repair(tp, claim.thread, stat, f"named {holder}", claim.session) if vouched else None
         if now is None:
             return False
         self._claims[tp] = dataclasses.replace(claim, owner_version=now.version, owner_czxid=now.czxid)
         return True
 
-    def _target_vouches(self, tp: TopicPartition, thread: str, session: int) -> bool:
+    def _target_vouches(self, tp: TopicPartition, thread: str, session: int, owner: Stat) -> bool:
         """Whether the group's state still gives ``tp`` to ``thread``, with our registration, alive in ``session``, the
-        incarnation the state's rebalance counted.  Then nobody but a hand wrote another thread into its owner znode:
-        the coordinator writes owner znodes only as the target says, and moves a partition only after its holder
-        acknowledged a stop (or handed it over itself).  Lock held.  :raises ZkError: on I/O failure."""
+        incarnation the state's rebalance counted, and the owner znode (``owner``) was written after the state's last
+        write.  Then nobody but a hand wrote another thread into it: the coordinator writes owner znodes only in
+        transactions that also write the state, as its target says, and an old owner hands a partition over only
+        as a target written before says.  Lock held.  :raises ZkError: on I/O failure."""
         if self.member is None or session != self.zk.session_id:
             return False
         state_path = paths.group_state(self.group)
         state, member = self.zk.get_many([state_path, self.member])
         if state is None or member is None or member[1].ephemeralOwner != session:
             return False
+        if owner.mzxid <= state[1].mzxid:
+            return False  # written with or before the state: the coordinator's (or a hand-over's) doing
         try:
             current = GroupState.decode(state[0], state_path)
         except CodecError:

@@ -52,8 +52,8 @@ def check_registration(handler: HandlerState) -> None:
         register_again(handler, "deleted under a live session")
         return
     if stat.czxid != c.incarnation or stat.ephemeralOwner != c.zk.session_id:
-        if handler.displaced and stat.ephemeralOwner != 0:
-            return  # still held by the other process (register_again): we register once it is gone
+        if c.incarnation is None and stat.ephemeralOwner not in (0, c.zk.session_id):
+            return  # still held by another live session (register_again): we register once it is gone
         register_again(handler, "replaced by a registration that is not ours")
         return
     if data == c.registered_data:

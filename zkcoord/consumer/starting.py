@@ -52,6 +52,7 @@ class Starter:
         foreign = sorted(t for t in set(ownership.values()) if not t.startswith(f"{c.consumer_id}-"))
         if foreign:
             reject(c, name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
+            self.s.refuse(name)
             return True
         incremental = command.incremental and c.bridge is None
         if incremental:
