@@ -298,11 +298,11 @@ def _run_child(args: list[str]) -> int:
     child = subprocess.Popen([sys.executable, "-m", "zkcoord", *args])
     try:
         return child.wait()
-    except BaseException:
-        child.terminate()
-        try:
-            child.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        raise
+    finally:
+        if child.poll() is None:  # interrupted while waiting: stop it before this command exits
+            child.terminate()
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

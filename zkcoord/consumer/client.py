@@ -218,18 +218,23 @@ class Consumer:
 
     def _register_first(self) -> None:
         """Register at start.  A live registration at our id may be our own previous process's, killed before its
-        session expired: wait that session out (up to the session timeout and a half) before refusing.
+        session expired: wait that session out (up to the session timeout and a half), woken by a watch on the
+        registration rather than by polling, before refusing.  Application thread.
 
-        :raises ConsumerIdInUseError: another live session still holds our id.
+        :raises ConsumerIdInUseError: another live session still holds our id at the deadline.
+        :raises ZkError: on I/O failure.
         """
+        path = paths.member(self.config.group, self.consumer_id)
         deadline = self.clock() + self.config.session_timeout_s * 1.5
+        changed = threading.Event()  # set by a one-shot watch on the registration (a stale one only loops once more)
         while True:
             try:
                 self.core.register()
             except ConsumerIdInUseError:
-                if self.clock() >= deadline:
+                changed.clear()
+                held = self.zk.exists(path, watch=lambda _event: changed.set())
+                if held is not None and not changed.wait(max(0.0, deadline - self.clock())):
                     raise
-                time.sleep(0.2)
             else:
                 return
 

@@ -210,8 +210,7 @@ class CommandHandler:
                 self.state.callback(self.state.on_revoked, revoked)
         elif conn is ConnState.CONNECTED and self.state.lost:
             self._register_again()
-        elif conn is ConnState.CONNECTED:
-            pass  # same session: the heartbeat renews the lease and resumes fetching
+        # CONNECTED in the same session needs nothing here: the heartbeat renews the lease and resumes fetching.
 
     def _register_again(self) -> None:
         """After a session loss, once connected: register again (both registries for a migrating consumer, after

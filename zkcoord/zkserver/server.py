@@ -47,41 +47,12 @@ from zkcoord.zkserver.util import (
     failure_reason,
     find_java,
     find_zookeeper_classpath,
-    four_letter_word,
     free_port,
-    free_ports,
     is_stopped,
-    is_zookeeper_process,
-    log_tail,
-    mntr,
     server_mode,
-    srvr,
-    terminate_process,
-    wait_for_exit,
 )
 
-__all__ = [
-    "LOOPBACK",
-    "POLL_INTERVAL_S",
-    "QuorumPeer",
-    "ZkServer",
-    "ZkServerConfig",
-    "check_port_free",
-    "close_all",
-    "find_java",
-    "find_zookeeper_classpath",
-    "four_letter_word",
-    "free_port",
-    "free_ports",
-    "is_stopped",
-    "is_zookeeper_process",
-    "log_tail",
-    "mntr",
-    "server_mode",
-    "srvr",
-    "terminate_process",
-    "wait_for_exit",
-]
+__all__ = ["ZkServer", "close_all"]
 
 
 #: Servers handed over by :meth:`ZkServer.detach`, referenced until this process exits (see there why).
