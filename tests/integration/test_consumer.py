@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase
 from zkcoord.runtime.journal import Journal, read_journal
+from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,16 @@ def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
         yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
-def make(cluster: Cluster, data: Path, stack: ExitStack, on_revoked: object = None, **kw: object) -> Consumer:
+def make(
+    cluster: Cluster,
+    data: Path,
+    stack: ExitStack,
+    on_revoked: object = None,
+    *,
+    on_assigned: object = None,
+    on_lost: object = None,
+    **kw: object,
+) -> Consumer:
     config = ConsumerConfig(
         group="g",
         subscription=Subscription.static({"t": 1}),
@@ -42,6 +52,8 @@ def make(cluster: Cluster, data: Path, stack: ExitStack, on_revoked: object = No
         config,
         journal=Journal(cluster.journal_dir, "consumer"),
         on_partitions_revoked=on_revoked,  # type: ignore[arg-type]
+        on_partitions_assigned=on_assigned,  # type: ignore[arg-type]
+        on_partitions_lost=on_lost,  # type: ignore[arg-type]
     )
     stack.enter_context(consumer)
     return consumer
@@ -51,6 +63,17 @@ def produce(data: Path, topic: str, partitions: int, per_partition: int) -> None
     for p in range(partitions):
         with PartitionWriter(data, topic, p) as writer:
             writer.append_batch([(None, f"{p}:{i}".encode()) for i in range(per_partition)])
+
+
+def polling(consumers: list[Consumer], condition: Callable[[], bool]) -> Callable[[], bool]:
+    """``condition``, checked after one ``poll`` of each consumer: a rebalance waits for the applications' polls."""
+
+    def check() -> bool:
+        for consumer in consumers:
+            consumer.poll(0.02)
+        return condition()
+
+    return check
 
 
 def drain(consumer: Consumer, want: int, timeout: float = 20) -> list[tuple[int, int]]:
@@ -78,8 +101,10 @@ def test_consume_commit_and_fenced_commit_after_reassignment(cluster: Cluster, t
         positions = first.fetcher.positions()
         # A second member: the coordinator moves one partition to it.  Our stop commits, the move happens.
         second = make(cluster, data, stack)
-        cluster.wait_stable("g", 2)
-        wait_until(lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1, 10, "one each")
+        both = [first, second]
+        wait_until(polling(both, lambda: cluster.is_stable("g", 2)), 20, "group g stable with 2 members", interval=0)
+        one_each = polling(both, lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1)
+        wait_until(one_each, 10, "one each", interval=0)
         assert revoked, "on_partitions_revoked was not called"
         moved = next(iter(set(positions) - set(first.assignment())))
         with pytest.raises(OffsetCommitFencedError) as info:
@@ -93,6 +118,7 @@ def test_stale_malformed_and_foreign_commands_are_refused_and_acknowledged(clust
     TopicAdmin(cluster.admin_zk).create("t", 2)
     with ExitStack() as stack:
         consumer = make(cluster, tmp_path / "data", stack)
+        stack.enter_context(PollLoop()).add(consumer)
         state = cluster.wait_stable("g", 1)
         wait_until(lambda: len(consumer.assignment()) == 2, 10, "assigned")
         channel = paths.channel("g", consumer.consumer_id)
@@ -121,6 +147,7 @@ def test_a_command_for_an_earlier_registration_is_refused_after_a_session_loss(
     zk = cluster.admin_zk
     with ExitStack() as stack:
         consumer = make(cluster, tmp_path / "data", stack)
+        stack.enter_context(PollLoop()).add(consumer)
         cluster.wait_stable("g", 1)
         wait_until(lambda: len(consumer.assignment()) == 2, 10, "assigned")
         member = paths.member("g", consumer.consumer_id)

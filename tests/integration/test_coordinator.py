@@ -76,15 +76,15 @@ class Cluster:
         data, _ = self.admin_zk.get(paths.group_state(group))
         return GroupState.decode(data)
 
-    def wait_stable(self, group: str, members: int, timeout: float = 20.0) -> GroupState:
-        def stable() -> bool:
-            try:
-                state = self.state(group)
-            except Exception:  # noqa: BLE001 (not written yet)
-                return False
-            return state.phase is GroupPhase.STABLE and len(state.members) == members
+    def is_stable(self, group: str, members: int) -> bool:
+        try:
+            state = self.state(group)
+        except Exception:  # noqa: BLE001 (not written yet)
+            return False
+        return state.phase is GroupPhase.STABLE and len(state.members) == members
 
-        wait_until(stable, timeout, f"group {group} stable with {members} members")
+    def wait_stable(self, group: str, members: int, timeout: float = 20.0) -> GroupState:
+        wait_until(lambda: self.is_stable(group, members), timeout, f"group {group} stable with {members} members")
         return self.state(group)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_consumer import drain, produce
+from tests.integration.test_consumer import drain, polling, produce
 from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
@@ -25,6 +25,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
 from zkcoord.layout.group_state import decode_owner, encode_owner
 from zkcoord.runtime.journal import Journal, JournalEvent, read_journal
+from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import Transaction, WatchEvent, ZkClient, ZkConfig
 
@@ -40,7 +41,16 @@ def zk(zk_hosts: str) -> Iterator[ZkClient]:
         yield client
 
 
-def member(zk_hosts: str, data: Path, journal: Path, stack: ExitStack) -> Consumer:
+def member(
+    zk_hosts: str,
+    data: Path,
+    journal: Path,
+    stack: ExitStack,
+    *,
+    polled: bool = True,
+    on_revoked: Callable[[list[TopicPartition]], None] | None = None,
+) -> Consumer:
+    """A member (auto-commit off); ``polled``: by a :class:`PollLoop` (its application), else the test polls it."""
     config = ConsumerConfig(
         group=GROUP,
         subscription=Subscription.static({TOPIC: 1}),
@@ -50,9 +60,17 @@ def member(zk_hosts: str, data: Path, journal: Path, stack: ExitStack) -> Consum
         rebalance="incremental",
         auto_commit=False,
     )
-    consumer = Consumer(config, journal=Journal(journal, "consumer"))
+    consumer = Consumer(config, journal=Journal(journal, "consumer"), on_partitions_revoked=on_revoked)
     stack.enter_context(consumer)
+    if polled:
+        loop = stack.enter_context(PollLoop())
+        loop.add(consumer)
+        stack.callback(loop.remove, consumer)  # before the consumer closes
     return consumer
+
+
+def _commit(consumer: Consumer) -> None:
+    consumer.commit()
 
 
 def send(zk: ZkClient, to: Consumer, command: Command) -> str:
@@ -95,7 +113,8 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
     data, journal = tmp_path / "data", tmp_path / "journal"
     produce(data, TOPIC, 2, 40)
     with ExitStack() as stack:
-        loser = member(zk_hosts, data, journal, stack)
+        # The loser's application commits what it finished when it loses partitions (auto-commit is off).
+        loser = member(zk_hosts, data, journal, stack, polled=False, on_revoked=lambda _tps: _commit(loser))
         gainer = member(zk_hosts, data, journal, stack)
         old, new = f"{loser.consumer_id}-0", f"{gainer.consumer_id}-0"
         zk.ensure_path(paths.owners(GROUP, TOPIC))
@@ -119,11 +138,12 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
             handover={TOPIC: {1: new}},
         )
         stopped = send(zk, loser, stop)
-        wait_until(lambda: gone(zk, stopped) and gone(zk, awaiting), 10, "both commands acknowledged")
+        both_acked = polling([loser], lambda: gone(zk, stopped) and gone(zk, awaiting))
+        wait_until(both_acked, 10, "both commands acknowledged", interval=0)
         wait_until(lambda: P1 in gainer.assignment(), 10, "the gainer fetching partition 1")
         assert owner(zk, P1) == new and owner(zk, P0) == old
         assert set(loser.assignment()) == {P0}, "the loser stops only what it hands over"
-        # S3: the loser's position was committed with the hand-over; the gainer starts there, not from the policy.
+        # S3: the loser's commit in its revoke callback landed before the hand-over; the gainer starts there.
         assert zk.get(paths.offset(GROUP, TOPIC, 1))[0] == b"40"
         assert [e.fields["offset"] for e in fetch_events(journal, gainer, P1)] == [40]
         # S2: the gainer started after the loser stopped (one process: its journal order is exact).

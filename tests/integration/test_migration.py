@@ -146,7 +146,11 @@ def test_a_migrating_consumer_waits_for_the_zk_client_owner_and_starts_at_its_of
             except NoNodeError:
                 return None
 
-        wait_until(lambda: (s := state()) is not None and s.phase is GroupPhase.STABLE, 20, "the group stable")
+        def stable() -> bool:
+            consumer.poll(0.02)  # the application's loop: the rebalance's stop waits for it
+            return (s := state()) is not None and s.phase is GroupPhase.STABLE
+
+        wait_until(stable, 20, "the group stable", interval=0)
         current = state()
         assert current is not None and list(current.legacy) == [ghost], "the coordinator did not count the ghost"
         ours = [p for p, thread in current.target[TOPIC].items() if thread.startswith(consumer.consumer_id)]

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from zkcoord.cli.common import data_dir_option, journal_option, open_journal, resolve_data_dir
-from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.cli.consume_app import App
+from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.errors import ConfigurationError
 from zkcoord.protocol.offset_reset import check_policy
@@ -33,6 +34,11 @@ def _subscription(topics: tuple[str, ...], whitelist: str | None, blacklist: str
             raise ConfigurationError(f"bad --topic {item!r}: expected TOPIC or TOPIC:THREADS")
         static[name] = int(count) if count else 1
     return Subscription.static(static)
+
+
+def _print_record(r: ConsumerRecord) -> None:
+    key = r.key.decode("utf-8", "replace") if r.key is not None else "-"
+    click.echo(f"{r.topic}\t{r.partition}\t{r.offset}\t{key}\t{r.value.decode('utf-8', 'replace')}")
 
 
 class _Status:
@@ -88,6 +94,20 @@ class _Status:
 @click.option("--print", "print_records", is_flag=True, help="Print each record: topic, partition, offset, key, value.")
 @click.option("--max-records", type=click.IntRange(1), default=None, help="Exit 0 after this many records.")
 @click.option("--auto-commit-interval", type=click.FloatRange(0.01, 3600), default=5.0, show_default=True)
+@click.option(
+    "--no-auto-commit",
+    "manual_commit",
+    is_flag=True,
+    help="Commit only what was processed: after each batch and when partitions are revoked (Kafka's "
+    "enable.auto.commit=false with commitSync in onPartitionsRevoked).",
+)
+@click.option(
+    "--work-ms",
+    type=click.FloatRange(0, 60_000),
+    default=0.0,
+    show_default=True,
+    help="Simulated processing time per record (ms); each record is journalled as processed once done.",
+)
 @click.option("--consumer-id", default="", help="Fixed consumer id (default: Kafka's <group>_<host>-<ms>-<hex>).")
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: no stale-command check, no lease.")
 @click.option(
@@ -134,6 +154,8 @@ def consume(
     print_records: bool,
     max_records: int | None,
     auto_commit_interval: float,
+    manual_commit: bool,
+    work_ms: float,
     consumer_id: str,
     unsafe: bool,
     protocol: str,
@@ -166,6 +188,7 @@ def consume(
         start_from="latest" if start_from == "latest" else "earliest",
         offset_reset=check_policy(offset_reset),
         auto_commit_interval_s=auto_commit_interval,
+        auto_commit=not manual_commit,
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
         migrating=migrating,
@@ -180,12 +203,16 @@ def consume(
         raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
     stop = SignalStop("consumer", shutdown_timeout)
     journal = open_journal(journal_dir, f"consumer-{group}")
+    app = App(journal, group, work_ms=work_ms, auto_commit=not manual_commit, stop=stop.requested)
     consumer: Consumer | LegacyConsumer
     if protocol == "zk-client":
         legacy = LegacyConfig(rebalance_max_retries, rebalance_backoff, assignor)
-        consumer = LegacyConsumer(config, legacy=legacy, journal=journal)
+        consumer = LegacyConsumer(config, legacy=legacy, journal=journal, on_partitions_revoked=app.on_revoked)
     else:
-        consumer = Consumer(config, journal=journal)
+        consumer = Consumer(
+            config, journal=journal, on_partitions_revoked=app.on_revoked, on_partitions_lost=app.on_lost
+        )
+    app.bind(consumer)
     stop.attach(journal, group=group, consumer=consumer.consumer_id)
     consumer.start()
     click.echo(f"consumer {consumer.consumer_id} joined group {group}", err=True)
@@ -193,12 +220,7 @@ def consume(
     total = 0
     try:
         while not stop.requested.is_set() and (max_records is None or total < max_records):
-            records = consumer.poll(0.2)
-            total += len(records)
-            if print_records:
-                for r in records:
-                    key = r.key.decode("utf-8", "replace") if r.key is not None else "-"
-                    click.echo(f"{r.topic}\t{r.partition}\t{r.offset}\t{key}\t{r.value.decode('utf-8', 'replace')}")
+            total += app.process(consumer.poll(0.2), _print_record if print_records else None)
             status.maybe_show()
     finally:
         code = stop.finish(consumer.close(budget=stop.begin()))

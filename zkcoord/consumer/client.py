@@ -36,7 +36,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from zkcoord.consumer import shared
 from zkcoord.consumer.commands import CommandHandler
@@ -47,6 +47,7 @@ from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.handler_state import Rebalance
 from zkcoord.consumer.lease import Lease, lease_duration
 from zkcoord.consumer.offsets import OffsetStore
+from zkcoord.consumer.polling import AppSide, PartitionsCallback
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
@@ -57,8 +58,6 @@ from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
 from zkcoord.zk import ConnState, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
-
-PartitionsCallback = Callable[[list[TopicPartition]], None]
 
 
 class Consumer:
@@ -71,6 +70,7 @@ class Consumer:
         journal: Journal | None = None,
         on_partitions_revoked: PartitionsCallback | None = None,
         on_partitions_assigned: PartitionsCallback | None = None,
+        on_partitions_lost: PartitionsCallback | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         wall_ns: Callable[[], int] = time.time_ns,
@@ -111,7 +111,19 @@ class Consumer:
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
         self.bridge = self.core.bridge
         self._closing = self.core.closing
-        self.handler = CommandHandler(self.core, on_partitions_revoked, on_partitions_assigned)
+        self.handler = CommandHandler(self.core)
+        #: the rebalance callbacks, run on the thread that calls poll() or close() (zkcoord.consumer.polling)
+        self.app = AppSide(
+            self.core,
+            self.handler.commits,
+            on_revoked=on_partitions_revoked,
+            on_assigned=on_partitions_assigned,
+            on_lost=on_partitions_lost,
+        )
+        self._user_wakeup = False
+        self._paused = False
+        #: what a callback raised in a call that returned records: raised by the next call
+        self._deferred: BaseException | None = None
         self._threads: list[threading.Thread] = []
         self._started_at = 0.0
         self._delivered = 0
@@ -195,8 +207,13 @@ class Consumer:
         self._closing.set()  # the fetcher's gate shuts (_may_deliver): nothing is read or handed out any more
         self.zk.bound(budget.zookeeper)
         self.fetcher.pause("closing")
+        self._finish_parked()
         final = FinalCommit()
-        self.core.events.put(("close", Closing(report, final)))
+        closing = Closing(report, final, budget.session)
+        self.core.events.put(("close", closing))
+        if closing.stopped.wait(budget.zookeeper.remaining()):
+            self.app.close(closing.positions)  # the claims still hold: a commit in the callback lands
+        closing.told.set()
         for thread in self._threads:
             # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
             # and the revoke callback) gets until the session deadline.
@@ -215,6 +232,14 @@ class Consumer:
             report.skip(SESSION, f"session {self.core.registered_session:#x} not closed")
         report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
         return report
+
+    def _finish_parked(self) -> None:
+        """``close()``: finish a stop the application has not polled for yet (its callback runs here); what is only
+        to be announced is dropped (the consumer is leaving)."""
+        self.core.handoff.discard_announcements()
+        failure = self.app.run_due()
+        if failure is not None:  # the stop goes on
+            log.warning("consumer %s: on_partitions_revoked failed while closing: %r", self.consumer_id, failure)
 
     def _register_first(self) -> None:
         """Register at start.  A live registration at our id may be our own previous process's, killed before its
@@ -267,29 +292,74 @@ class Consumer:
     def poll(self, timeout: float = 1.0) -> list[ConsumerRecord]:
         """Return at most ``max_poll_records`` records, round-robin across assigned partitions (KIP-41).
 
-        Blocks up to ``timeout`` seconds.  Returns nothing while the lease is invalid (S6).  With auto-commit on,
-        commits consumed positions when the interval has passed (a fenced commit is journalled, not raised).
+        Blocks up to ``timeout`` seconds.  Returns nothing while the lease is invalid (S6).  First runs what a
+        rebalance left for the application, on this thread (:mod:`zkcoord.consumer.polling`): a stop's auto-commit
+        and ``on_partitions_revoked`` (the stop is acknowledged only after), ``on_partitions_assigned`` (before any
+        record of those partitions), ``on_partitions_lost``; a rebalance that arrives while this call waits for
+        records is handled at once.  With auto-commit on, commits, once the interval has passed, the positions
+        of what earlier calls returned (a fenced commit is journalled, not raised).
+
+        :raises Exception: what a rebalance callback raised (the rebalance step went on).
         """
+        deadline = self.clock() + max(0.0, timeout)
+        self.core.handoff.entered_poll()
+        if (failure := self._deferred) is not None:
+            self._deferred = None
+            raise failure
+        if (failure := self.app.run_due()) is not None:
+            raise failure
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
-            self.core.events.put(("commit", None))
+            # The positions as this call found them: what the application got from earlier calls, not what this
+            # one is about to hand out.
+            self.core.events.put(("commit", self.fetcher.positions()))
             self._last_commit = self.clock()
-        records, handed_at = self.fetcher.poll_timed(timeout)
+        while True:
+            self.core.handoff.waiting(True)
+            try:
+                records, handed_at = self.fetcher.poll_timed(max(0.0, deadline - self.clock()))
+            finally:
+                self.core.handoff.waiting(False)
+            if records or self._user_wakeup or not self.core.handoff.take_woken():
+                break
+            if (failure := self.app.run_due()) is not None:  # woken by a rebalance step for the application
+                raise failure
+            if self.clock() >= deadline:
+                break
+        self._user_wakeup = False
         if records:
+            # an assignment that arrived while the records were taken: announced before they are returned
+            failure = self.app.run_due(assigned_only=True)
             self._delivered += len(records)
             self._journal_consumed(records, self._wall_ms_at(handed_at, up=False))
+            self._deferred = failure  # raised by the next call: these records are the application's already
         return records
 
-    def commit(self) -> dict[TopicPartition, int]:
-        """Commit the positions of everything :meth:`poll` has returned, synchronously.
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Commit synchronously: ``offsets`` (each the next offset to consume, as Kafka's ``commitSync(Map)``) or, by
+        default, the positions of everything :meth:`poll` has returned -- inside ``on_partitions_revoked``, of the
+        partitions being revoked too.  Returns what was written.
 
-        :raises OffsetCommitFencedError: for partitions this consumer no longer owns (others are committed).
+        :raises OffsetCommitFencedError: for partitions this consumer no longer owns (others are committed); in
+            ``on_partitions_lost`` for all of them.
+        :raises ZkError: nothing was committed.
         """
-        return self.handler.commit(self.fetcher.positions())
+        positions = dict(offsets) if offsets is not None else {**self.app.revoking, **self.fetcher.positions()}
+        return self.handler.commit(positions)
 
     def assignment(self) -> dict[TopicPartition, str]:
         return self.fetcher.assignment()
 
+    def pause(self) -> None:
+        """Stop fetching and handing out records (every partition, new ones too) until :meth:`resume`; :meth:`poll`
+        still runs the rebalance callbacks and keeps the poll interval, as Kafka's ``pause()`` does.  Any thread."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
     def wakeup(self) -> None:
+        """Make a blocked :meth:`poll` return now, with nothing.  Any thread."""
+        self._user_wakeup = True
         self.fetcher.wakeup()
 
     def metrics(self) -> ConsumerMetrics:
@@ -313,8 +383,11 @@ class Consumer:
 
     def _may_deliver(self) -> bool:
         """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
-        the fetcher threads before each read.  Shut for good once :meth:`close` began."""
-        return not self._closing.is_set() and (self.config.unsafe_no_fencing or self.lease.valid())
+        the fetcher threads before each read.  Shut while :meth:`pause` holds, and for good once :meth:`close`
+        began."""
+        if self._closing.is_set() or self._paused:
+            return False
+        return self.config.unsafe_no_fencing or self.lease.valid()
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
         """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment
@@ -427,4 +500,4 @@ class Consumer:
             start = end
 
 
-__all__ = ["Consumer", "ConsumerMetrics", "Rebalance"]
+__all__ = ["Consumer", "ConsumerMetrics", "PartitionsCallback", "Rebalance"]

@@ -39,7 +39,8 @@ import logging
 
 from zkcoord.consumer.commits import Closing, Commits, FinalCommit
 from zkcoord.consumer.core import ConsumerCore
-from zkcoord.consumer.handler_state import HandlerState, PartitionsCallback, Rebalance
+from zkcoord.consumer.handler_state import HandlerState, Rebalance
+from zkcoord.consumer.handoff import Change, ParkedStop
 from zkcoord.consumer.inbox import Wait, admit
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_channel, check_registration
@@ -58,14 +59,9 @@ class CommandHandler:
     """The command thread's loop and the commands and session changes it applies (see the module docstring).
     :meth:`run` is the thread; :meth:`commit` may be called from any thread."""
 
-    def __init__(
-        self,
-        core: ConsumerCore,
-        on_revoked: PartitionsCallback | None,
-        on_assigned: PartitionsCallback | None,
-    ) -> None:
+    def __init__(self, core: ConsumerCore) -> None:
         self.c = core
-        self.state = HandlerState(core, on_revoked, on_assigned)
+        self.state = HandlerState(core)
         self.starter = Starter(self.state)
 
     @property
@@ -109,7 +105,7 @@ class CommandHandler:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind == "channel":
                     self.c.redeliver_later(("channel", None))
-                elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node"):
+                elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node", "revoke-done"):
                     self.c.redeliver_later((kind, arg))
                 elif self.state.lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
@@ -138,8 +134,10 @@ class CommandHandler:
         elif kind == "lease-renewed":
             if not self.state.lost:
                 self.c.fetcher.resume()
-        elif kind == "commit":
-            self.state.commits.quietly(self.c.fetcher.positions())
+        elif kind == "commit" and isinstance(arg, dict):  # poll()'s auto-commit: positions as it was entered
+            self.state.commits.quietly(arg)
+        elif kind == "revoke-done" and isinstance(arg, tuple):
+            self._on_revoke_done(*arg)
         elif kind == "legacy-claim":
             self.starter.claim_pending()
         elif kind == "owner":
@@ -157,13 +155,16 @@ class CommandHandler:
             self.state.commits.stop_fenced(arg)
 
     def _on_close(self, closing: Closing) -> None:
-        """The command thread's part of ``close``: commit what was consumed (not once the lease is void: the
-        partitions may be someone else's), stop, release; the commit's outcome goes into ``closing.commit``, what
-        else fails into ``closing.report``; never raises."""
+        """The command thread's part of ``close``: with auto-commit on, commit what ``poll()`` returned (not once the
+        lease is void: the partitions may be someone else's); stop fetching; let the closing thread run
+        ``on_partitions_revoked`` while the claims still hold (a commit in it lands); release.  The commit's outcome
+        goes into ``closing.commit``, what else fails into ``closing.report``; never raises."""
         report, final = closing.report, closing.commit
         positions = {**self.state.commits.unsettled, **self.c.fetcher.positions()}
-        pending = self.c.uncommitted(positions)
-        if self.state.lost:
+        pending = self.c.uncommitted(positions) if self.c.config.auto_commit else 0
+        if not pending:
+            final.end(final.LANDED, pending=0)  # nothing the policy commits (with auto-commit off: the application's)
+        elif self.state.lost:
             final.end(final.FAILED, "session lost", pending=pending)
         elif not self.c.lease.valid():
             final.end(final.FAILED, "lease expired: ZooKeeper unreachable", pending=pending)
@@ -175,15 +176,15 @@ class CommandHandler:
                 final.failed(e)
         if final.outcome != final.LANDED and pending:
             log.warning("consumer %s: closing, final commit %s: %s", self.c.consumer_id, final.outcome, final.why)
-        revoked = list(self.c.fetcher.assignment())
-        self.c.fetcher.revoke("closing")
+        closing.positions.update(self.c.fetcher.revoke("closing"))
+        closing.stopped.set()
+        if closing.session is not None and not self.state.lost:
+            closing.told.wait(closing.session.remaining())
         try:
             self.state.release()
         except ZkError as e:
             log.warning("consumer %s: closing: %s", self.c.consumer_id, e)
             report.skip(RELEASE, e)
-        if revoked and self.state.on_revoked is not None:
-            self.state.callback(self.state.on_revoked, revoked)
 
     def _on_state(self, conn: ConnState) -> None:
         c = self.c
@@ -197,8 +198,11 @@ class CommandHandler:
             c.incarnation = None  # commands for the registration that just ended are refused from now on
             self.state.abandon_wait()
             # Our member znode is gone and the coordinator may already have given our partitions to others:
-            # stop at once and commit nothing.
-            revoked = list(c.fetcher.assignment())
+            # stop at once and commit nothing; a parked stop will not be finished (it was for that registration).
+            lost = set(c.fetcher.assignment())
+            if self.state.parked is not None:
+                lost.update(c.handoff.cancel(self.state.parked))
+                self.state.parked = None
             c.fetcher.revoke("session lost")
             self.state.commits.unsettled.clear()  # commit nothing: the partitions may be someone else's by now
             with self.state.commits.lock:
@@ -206,8 +210,8 @@ class CommandHandler:
                 if c.bridge is not None:
                     c.bridge.session_lost()
             c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason="session lost")
-            if revoked and self.state.on_revoked is not None:
-                self.state.callback(self.state.on_revoked, revoked)
+            if lost:
+                c.handoff.announce(Change.LOST, sorted(lost))
         elif conn is ConnState.CONNECTED and self.state.lost:
             self._register_again()
         # CONNECTED in the same session needs nothing here: the heartbeat renews the lease and resumes fetching.
@@ -255,6 +259,8 @@ class CommandHandler:
                 if name in self.state.unacked:  # applied, but the delete was lost with the connection
                     self.state.ack(path, name)
                 continue
+            if self.state.parked is not None:
+                return  # nothing is applied after a stop the application has not finished (listed again then)
             admitted = admit(self.state, name, path)
             if isinstance(admitted, Wait):
                 return  # neither applied nor acknowledged: looked at again shortly
@@ -265,37 +271,38 @@ class CommandHandler:
                 self.starter.supersede(self.state.pending)  # a newer command, to be applied: the wait is over
             if command.option is CommandOption.STOP_FETCHER:
                 if self._stop(path, command):
-                    self.state.applied.add(name)  # acknowledged with the commit, in one transaction
-                    continue
+                    continue  # parked for the application, or acknowledged with the commit in one transaction
             elif not self.starter.start(name, path, command, admitted.vouched):
                 self.state.applied.add(name)  # awaiting partitions: acknowledged once they are all started
                 continue
             self.state.ack(path, name)
 
     def _stop(self, path: str, command: Command) -> bool:
-        """Apply a stop-fetcher; True if it was acknowledged already (with the commit, in one transaction)."""
-        c = self.c
+        """Apply a stop-fetcher (:meth:`HandlerState.stop`); True if it is parked for the application or was
+        acknowledged already, False if it is to be acknowledged alone."""
         name = path.rpartition("/")[2]
         self.state.admission.adopt(command)
-        if command.revoke is not None and c.bridge is None:
+        wanted: set[TopicPartition] | None = None
+        if command.revoke is not None and self.c.bridge is None:
             # Incremental: only the named partitions.  (A migrating consumer's 0.8 claims are released all at
             # once, so it stops everything; the coordinator never sends it a partial stop.)
             wanted = {TopicPartition(t, p) for t, parts in command.revoke.items() for p in parts}
-            handover = {
-                TopicPartition(t, p): th for t, parts in (command.handover or {}).items() for p, th in parts.items()
-            }
-            revoked, acked = self.state.revoke(wanted, "stop-fetcher", ack=path, handover=handover)
-            self.state.journal_applied(name, command, len(revoked))
-            return acked
-        self.state.stop_received_at = c.clock()
-        revoked = sorted({*c.fetcher.assignment(), *self.state.commits.unsettled})
-        # S3: commit before acknowledging the stop
-        self.state.commits.stopped(c.fetcher.revoke("stop-fetcher"), lost=self.state.lost)
-        self.state.release()
-        if self.state.on_revoked is not None:
-            self.state.callback(self.state.on_revoked, revoked)
-        self.state.journal_applied(name, command, len(revoked))
+        if self.state.stop(name, path, command, wanted):
+            return True
+        self.state.journal_applied(name, command, 0)
         return False
+
+    def _on_revoke_done(self, stop: ParkedStop, leftover: dict[TopicPartition, int]) -> None:
+        """The application ran ``on_partitions_revoked`` for ``stop``; ``leftover``: the auto-commit it made first
+        failed (it goes into the stop's transaction).  Finish the stop, then look at the channel again (commands
+        behind it waited).  A stop no longer parked (the session ended meanwhile) is left alone.
+
+        :raises ZkError: the stop's transaction failed (the event is redelivered; the stop stays parked).
+        """
+        if self.state.parked is not stop:
+            return
+        self.state.finish_stop(stop, leftover)
+        self.c.events.put(("channel", None))
 
     # --- commits -------------------------------------------------------------------------------------------------
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from zkcoord.consumer.core import ConsumerCore
+from zkcoord.consumer.handoff import Change
 from zkcoord.consumer.offsets import OffsetCommitFencedError
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.shared import commit_step
 from zkcoord.errors import ZkError
-from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN, StopReport
+from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN, Deadline, StopReport
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class Commits:
         stop = [tp for tp in tps if tp in c.fetcher.assignment() and tp not in claimed]
         if stop:
             c.fetcher.revoke_some(stop, "commit fenced")
+            c.handoff.announce(Change.LOST, stop)  # someone else's already: the application cannot commit them
             log.warning(
                 "consumer %s: stopped fetching %d partitions our commit was fenced on", c.consumer_id, len(stop)
             )
@@ -222,8 +224,16 @@ class FinalCommit:
 
 @dataclass(frozen=True, slots=True)
 class Closing:
-    """What ``close()`` hands the command thread: the stop's report (release errors go there) and the final commit's
-    outcome."""
+    """What ``close()`` hands the command thread: the stop's report (release errors go there), the final commit's
+    outcome, and the hand-shake that lets the closing thread run ``on_partitions_revoked`` after fetching stopped
+    and before the claims are released (so that a commit inside it still lands)."""
 
     report: StopReport
     commit: FinalCommit
+    #: how long the command thread waits for the closing thread's callback (None: it does not wait)
+    session: Deadline | None = None
+    #: set by the command thread once fetching stopped; ``positions`` then holds where ``poll()`` left each partition
+    stopped: threading.Event = field(default_factory=threading.Event)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: set by the closing thread once the application heard (or it gave up waiting): the claims may go
+    told: threading.Event = field(default_factory=threading.Event)

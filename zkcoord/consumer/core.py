@@ -9,7 +9,7 @@ command thread's pieces (:mod:`zkcoord.consumer.commands`, :mod:`zkcoord.consume
 Threads, per field:
 
 * set once in ``__init__`` and read from any thread: ``config``, ``consumer_id``, ``journal``, ``clock``, ``wall_ms``,
-  ``zk``, ``lease``, ``offsets``, ``fetcher``, ``bridge``, ``events``, ``closing``;
+  ``zk``, ``lease``, ``offsets``, ``fetcher``, ``bridge``, ``events``, ``closing``, ``handoff`` (thread-safe);
 * written by :meth:`register` (the application's thread in ``start()``, then only the command thread), read from any
   thread: ``incarnation``, ``registered_data``, ``registered_session``, ``registrations``; the command thread also
   sets ``incarnation`` to None when our registration ends;
@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from zkcoord.consumer import shared
 from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.consumer.fetcher import FetchManager
+from zkcoord.consumer.handoff import Handoff
 from zkcoord.consumer.lease import Lease
 from zkcoord.consumer.migration import MigrationBridge
 from zkcoord.consumer.offsets import OffsetStore
@@ -72,6 +73,8 @@ class ConsumerCore:
         self.events: queue.Queue[Event] = queue.Queue()
         #: set once ``close()`` began: nothing is handed out any more, and nothing is redelivered
         self.closing = threading.Event()
+        #: what the command thread leaves for the application's thread (parked stops, announcements)
+        self.handoff = Handoff(clock, wake=fetcher.wakeup)
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
         self.bridge: MigrationBridge | None = None
         if config.migrating:

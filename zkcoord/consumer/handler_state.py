@@ -1,5 +1,5 @@
-"""The command thread's state, and the steps every kind of command shares: acknowledge, stop-commit-release, tell
-the application.
+"""The command thread's state, and the steps every kind of command shares: acknowledge, stop (park for the
+application, then commit-acknowledge-release), announce to the application.
 
 :class:`HandlerState` is what :mod:`zkcoord.consumer.commands` (the loop), :mod:`zkcoord.consumer.starting` (a
 start-fetcher and a hand-over's wait), :mod:`zkcoord.consumer.inbox` (judging a command) and
@@ -14,19 +14,17 @@ Command thread only, except :attr:`HandlerState.rebalances` and :attr:`HandlerSt
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from zkcoord.consumer.acks import acknowledge
 from zkcoord.consumer.commits import Commits
 from zkcoord.consumer.core import ConsumerCore
+from zkcoord.consumer.handoff import Change, ParkedStop
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.vouch import Admission
 from zkcoord.layout.commands import Command
 
 log = logging.getLogger(__name__)
-
-PartitionsCallback = Callable[[list[TopicPartition]], None]
 
 
 @dataclass(slots=True)
@@ -56,15 +54,8 @@ class Rebalance:
 class HandlerState:
     """The command handler's mutable state (see the module docstring for threads)."""
 
-    def __init__(
-        self,
-        core: ConsumerCore,
-        on_revoked: PartitionsCallback | None,
-        on_assigned: PartitionsCallback | None,
-    ) -> None:
+    def __init__(self, core: ConsumerCore) -> None:
         self.c = core
-        self.on_revoked = on_revoked
-        self.on_assigned = on_assigned
         self.admission = Admission(core.config.group, unsafe=core.config.unsafe_no_fencing)
         self.commits = Commits(core)
         self.rebalances = 0
@@ -88,6 +79,9 @@ class HandlerState:
         self.displaced = False
         #: commands refused (acknowledged without a record: zkcoord.consumer.acks), until they are gone
         self.refused: set[str] = set()
+        #: the stop-fetcher waiting for the application's next ``poll()`` (zkcoord.consumer.handoff); none is applied
+        #: after it until it is finished
+        self.parked: ParkedStop | None = None
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in
@@ -108,37 +102,101 @@ class HandlerState:
             if self.c.bridge is not None and not self.lost:
                 self.c.bridge.release()
 
-    def release_all(self, revoked: list[TopicPartition]) -> None:
-        """After every partition was stopped and committed: forget the claims, tell the application."""
+    def release_all(self, revoked: list[TopicPartition], change: Change = Change.REVOKED) -> None:
+        """After every partition was stopped (and committed as the policy says): forget the claims, and tell the
+        application on its thread (:mod:`zkcoord.consumer.handoff`)."""
         self.release()
-        if revoked and self.on_revoked is not None:
-            self.callback(self.on_revoked, revoked)
+        if revoked:
+            self.c.handoff.announce(change, revoked)
 
-    def revoke(
-        self,
-        tps: set[TopicPartition],
-        reason: str,
-        ack: str | None = None,
-        handover: dict[TopicPartition, str] | None = None,
-    ) -> tuple[list[TopicPartition], bool]:
-        """Stop, commit (S3) and release the partitions of ``tps`` we fetch; return them, and whether the command
-        ``ack`` was deleted (acknowledged) in the commit's transaction -- after the commit, never before it.  The
-        partitions of ``handover`` get their new owner in that transaction too (after they stopped: S2).
+    def policy_positions(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """What a stop commits by itself: the positions of what ``poll()`` returned with auto-commit on (Kafka commits
+        them before the revoke callback), nothing with it off (the application commits what it finished)."""
+        return dict(positions) if self.c.config.auto_commit else {}
 
-        :raises ZkError: the commit failed (its positions stay in ``commits.unsettled`` for the redelivered stop).
+    def revoke(self, tps: set[TopicPartition], reason: str) -> list[TopicPartition]:
+        """Stop the partitions of ``tps`` we fetch outside a stop-fetcher (a start that lists them no more), commit as
+        the policy says (S3), release them and announce them revoked; return them.
+
+        :raises ZkError: the commit failed (its positions stay in ``commits.unsettled``).
         """
         c = self.c
         stopping = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
-        revoked = sorted({*stopping, *self.commits.unsettled})  # with any a failed commit left (this stop, redelivered)
-        if not revoked and not handover:
-            return [], False
-        positions = c.fetcher.revoke_some(stopping, reason) if stopping else {}
-        acked = self.commits.stopped(positions, ack, handover, lost=self.lost)
+        if not stopping:
+            return []
+        positions = c.fetcher.revoke_some(stopping, reason)
+        self.commits.stopped(self.policy_positions(positions), lost=self.lost)
         with self.commits.lock:
-            c.offsets.release(revoked)
-        if self.on_revoked is not None:
-            self.callback(self.on_revoked, revoked)
-        return revoked, acked
+            c.offsets.release(stopping)
+        c.handoff.announce(Change.REVOKED, stopping)
+        return stopping
+
+    def stop(self, name: str, path: str, command: Command, tps: set[TopicPartition] | None) -> bool:
+        """Apply stop-fetcher ``name``: stop fetching ``tps`` (None: everything, an eager stop) at once, then park the
+        rest for the application's next ``poll()`` (:mod:`zkcoord.consumer.handoff`); return True if it is parked or
+        was finished and acknowledged here, False if there was nothing to stop (acknowledge it alone).
+
+        In unsafe mode (the demo's contrast) the stop is finished at once, committing what ``poll()`` returned before
+        the application has processed it: the order this replaced.
+
+        :raises ZkError: finishing here failed (kept in ``commits.unsettled`` for the redelivered command).
+        """
+        c = self.c
+        eager = tps is None
+        if eager:
+            self.stop_received_at = c.clock()
+            stopping = sorted(c.fetcher.assignment())
+            positions = c.fetcher.revoke("stop-fetcher")
+        else:
+            stopping = sorted(tp for tp in c.fetcher.assignment() if tp in (tps or set()))
+            positions = c.fetcher.revoke_some(stopping, "stop-fetcher") if stopping else {}
+        revoked = sorted({*stopping, *self.commits.unsettled})  # with any a failed commit left (this stop, redelivered)
+        handover = {
+            TopicPartition(t, p): th for t, parts in (command.handover or {}).items() for p, th in parts.items()
+        }
+        if not eager and not revoked and not handover:
+            return False
+        stop = ParkedStop(name, path, command, revoked, positions, handover, eager, c.clock())
+        if c.config.unsafe_no_fencing or (not eager and not revoked):
+            self.finish_stop(stop, positions)
+            if revoked:
+                c.handoff.announce(Change.REVOKED, revoked)
+            return True
+        self.parked = stop
+        c.journal.emit(
+            "command.parked",
+            group=c.config.group,
+            consumer=c.consumer_id,
+            name=name,
+            epoch=command.epoch,
+            generation=command.generation,
+            partitions=len(revoked),
+        )
+        c.handoff.park(stop)
+        return True
+
+    def finish_stop(self, stop: ParkedStop, commit: dict[TopicPartition, int]) -> None:
+        """The application has run ``on_partitions_revoked`` for ``stop`` (or there is none to wait for): in one
+        transaction commit ``commit`` and whatever an earlier try left unsettled, set a hand-over's owner znodes and
+        acknowledge (S3: the acknowledgement never lands without the commit; S2: the new owner is named only now,
+        after the old one stopped fetching and its application heard it); then release the partitions and journal the
+        command applied.  After a session loss nothing is written (the stop was for the registration that ended).
+
+        :raises ZkError: nothing landed; the commit's positions stay in ``commits.unsettled`` and the stop stays
+            parked for another try.
+        """
+        c = self.c
+        if not self.lost:
+            self.commits.stopped(commit, stop.path, stop.handover, lost=False)
+        if stop.eager:
+            self.release()
+        else:
+            with self.commits.lock:
+                c.offsets.release(stop.partitions)
+        self.parked = None
+        self.applied.add(stop.name)
+        waited = round((c.clock() - stop.parked_at) * 1000, 3)
+        self.journal_applied(stop.name, stop.command, len(stop.partitions), wait_ms=waited)
 
     def abandon_wait(self) -> None:
         """Our registration ended (session lost, or deleted or replaced under a live session): nothing handed over
@@ -168,10 +226,3 @@ class HandlerState:
             partitions=partitions,
             **extra,
         )
-
-    def callback(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> None:
-        """Call a rebalance callback of the application; what it raises is logged, never propagated."""
-        try:
-            callback(partitions)
-        except Exception:  # a user callback must not stop command handling
-            log.exception("consumer %s: rebalance callback failed", self.c.consumer_id)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 
 from zkcoord.consumer.handler_state import HandlerState
+from zkcoord.consumer.handoff import Change
 from zkcoord.errors import ConsumerIdInUseError, NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
 
@@ -73,14 +74,17 @@ def register_again(handler: HandlerState, why: str) -> None:
         refused) and the event is handled again shortly.
     """
     c = handler.c
-    revoked = list(c.fetcher.assignment())
+    revoked = set(c.fetcher.assignment())
     c.incarnation = None  # commands for the registration that ended are refused from now on
     handler.abandon_wait()
-    handler.commits.stopped(c.fetcher.revoke(f"registration {why}"), lost=False)
+    if handler.parked is not None:  # a stop for the registration that ended: not finished, its partitions lost too
+        revoked.update(c.handoff.cancel(handler.parked))
+        handler.parked = None
+    handler.commits.stopped(handler.policy_positions(c.fetcher.revoke(f"registration {why}")), lost=False)
     # What a fenced commit left uncommitted may be consumed again by the next owner (at least once, as after a
     # session loss): say so, as a session loss does.
     c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
-    handler.release_all(revoked)
+    handler.release_all(sorted(revoked), Change.LOST)
     try:
         c.register()
     except ConsumerIdInUseError as e:

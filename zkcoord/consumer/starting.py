@@ -1,8 +1,9 @@
 """A start-fetcher, and a hand-over's wait for the partitions it awaits (the consumer's command thread).
 
-``start-fetcher``: read each partition's owner version and committed offset, seek, start fetching, call
-``on_partitions_assigned``, then acknowledge; an ``incremental`` one lists the whole new assignment, of which only the
-partitions not fetched already are started (and any fetched but not listed are stopped first).
+``start-fetcher``: read each partition's owner version and committed offset, seek, announce the assignment to the
+application (its next ``poll()`` calls ``on_partitions_assigned``), start fetching, then acknowledge; an
+``incremental`` one lists the whole new assignment, of which only the partitions not fetched already are started
+(and any fetched but not listed are stopped first).
 
 A hand-over (one-step incremental rebalance): a ``start-fetcher`` with ``awaiting`` starts the other partitions at
 once and each awaited one when its owner znode names our thread (a one-shot watch on each brings an ``owner`` event),
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from zkcoord.consumer.handler_state import HandlerState, PendingStart, Rebalance
+from zkcoord.consumer.handoff import Change
 from zkcoord.consumer.inbox import reject
 from zkcoord.consumer.migration import newer
 from zkcoord.consumer.offsets import Claims
@@ -68,6 +70,8 @@ class Starter:
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
         now = {tp: thread for tp, thread in ownership.items() if tp not in awaiting}
         claimed = len(self._claim_and_fetch(now, name, incremental=incremental, vouched=vouched).claims)
+        if incremental and not claimed and not awaiting:
+            c.handoff.announce(Change.ASSIGNED, [])  # a start that gives nothing new: the rebalance is over for us
         if awaiting:
             pending = self.s.pending = PendingStart(name, path, command, awaiting, claimed)
             self.s.applied.add(name)  # from here on the wait, not the channel listing, finishes it
@@ -119,12 +123,14 @@ class Starter:
                 fetching
             )  # the rest waits for their zk-client owners (zkcoord.consumer.migration)
             self._journal_waiting()
+        if result.claims or not incremental:
+            # Announced before anything is fetched; poll() runs it before it returns a record of these partitions.
+            # An eager start announces even nothing ("joined, nothing for me"), as Kafka does.
+            c.handoff.announce(Change.ASSIGNED, sorted(result.claims))
         if incremental:
             c.fetcher.extend(self._positions(fetching))
         else:
             c.fetcher.assign(self._positions(fetching))
-        if self.s.on_assigned is not None and result.claims:
-            self.s.callback(self.s.on_assigned, sorted(result.claims))
         return result
 
     def claim_awaited(self, owner: str | None = None) -> bool:

@@ -79,7 +79,14 @@ EVENTS: dict[str, str] = {
     ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
-    "command.applied": "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions",
+    "command.applied": (
+        "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions; a stop-fetcher "
+        "parked for the application also wait_ms (parked until its revoke callback returned)"
+    ),
+    "command.parked": (
+        "a consumer stopped fetching for a stop-fetcher and waits for the application's next poll() to run its revoke "
+        "callback before it acknowledges: group, consumer, name, epoch, generation, partitions"
+    ),
     "command.rejected": "a consumer refused (and acknowledged) a command: group, consumer, name, reason, ...",
     "command.awaiting": (
         "a consumer applied a start-fetcher but for partitions still to be handed over to it: group, consumer, "
@@ -88,6 +95,10 @@ EVENTS: dict[str, str] = {
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
+    "records.processed": (
+        "records the application finished processing: group, consumer, thread, topic, partition, first, last, count, "
+        "at_ms"
+    ),
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
     "offsets.reset": (

@@ -23,6 +23,7 @@ from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartit
 from zkcoord.errors import ZkCoordError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.zk import ZkClient
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,9 @@ def rebalance_consumer(env: Env, group: str, topic: str) -> Consumer:
         max_poll_records=REBALANCE_MAX_POLL,
         auto_commit=True,
     )
-    return Consumer(config, journal=env.recorder)
+    consumer = Consumer(config, journal=env.recorder)
+    consumer.pause()  # the control plane is measured: nothing is read; a PollLoop runs the callbacks
+    return consumer
 
 
 def close_all(consumers: list[Consumer]) -> None:
@@ -238,13 +241,14 @@ def rebalance(env: Env, topic: str, n: int, trials: int) -> tuple[list[Transitio
     timeout = 30.0 + n
     members: list[Consumer] = []
     transitions: list[Transition] = []
+    polling = PollLoop(name="bench-poll")
     try:
         since = env.recorder.mark()
         began = time.monotonic()
         for _ in range(n):
             c = rebalance_consumer(env, group, topic)
             members.append(c)
-            c.start()
+            polling.add(c.start())
         generation, _ = settle(env, group, members, since, timeout=60.0 + n)
         applied = [
             s.at
@@ -261,7 +265,7 @@ def rebalance(env: Env, topic: str, n: int, trials: int) -> tuple[list[Transitio
             try:
                 since = env.recorder.mark()
                 called = time.monotonic()
-                newcomer.start()
+                polling.add(newcomer.start())
                 join = measure(
                     env,
                     group,
@@ -276,6 +280,7 @@ def rebalance(env: Env, topic: str, n: int, trials: int) -> tuple[list[Transitio
                 transitions.append(join)
                 since = env.recorder.mark()
                 called = time.monotonic()
+                polling.remove(newcomer)
                 newcomer.close(timeout=5.0)
                 leave = measure(
                     env,
@@ -290,6 +295,7 @@ def rebalance(env: Env, topic: str, n: int, trials: int) -> tuple[list[Transitio
                 )
                 transitions.append(leave)
             finally:
+                polling.remove(newcomer)
                 newcomer.close(timeout=5.0)
             print(
                 f"  N={n} trial {trial}: join {join.latency_ms:8.1f} ms ({join.attempts} rebalance), "
@@ -297,6 +303,7 @@ def rebalance(env: Env, topic: str, n: int, trials: int) -> tuple[list[Transitio
                 flush=True,
             )
     finally:
+        polling.close()
         close_all(members)
     return transitions, formed_s
 

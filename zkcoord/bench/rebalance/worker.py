@@ -6,9 +6,12 @@
 
 The consumers are the real ones (:class:`consumer.Consumer`, created with ``rebalance="incremental"`` for the
 ``incremental`` protocol, or :class:`zkcoord.consumer.legacy.LegacyConsumer`), sharing one journal,
-``<journal>/consumer-bench<N>.<pid>.jsonl``.  They never ``poll()``: each fetcher fills its prefetch buffer with one
-read and then idles, so that the consumers of one process spend the CPU they get on the control plane, not on a
-fetch loop (what ``zkcoord/bench/consumer`` found necessary, there for one process).
+``<journal>/consumer-bench<N>.<pid>.jsonl``.  They are paused (``Consumer.pause()``: nothing is read or handed
+out), so that the consumers of one process spend the CPU they get on the control plane, not on a fetch loop (what
+``zkcoord/bench/consumer`` found necessary, there for one process).  One thread calls ``poll(0)`` on each in turn
+every :data:`POLL_EVERY_S` (:class:`zkcoord.testbed.poll_loop.PollLoop`), as an application's loop would: a stop is
+acknowledged only once the application's ``poll()`` has run its revoke callback (``docs/consumer.md``), so a
+measured rebalance includes that wait.
 
 The driver (:mod:`zkcoord.bench.rebalance`) controls a worker through its standard input, one JSON object per line,
 and reads one JSON reply line per command on its standard output (logging goes to standard error)::
@@ -55,6 +58,7 @@ from zkcoord.runtime.shutdown import (
     hard_bound,
 )
 from zkcoord.runtime.stopping import SignalStop
+from zkcoord.testbed.poll_loop import PollLoop
 
 log = logging.getLogger("zkcoord.bench.rebalance.worker")
 
@@ -65,6 +69,9 @@ PROTOCOLS = ("coordinator", "incremental", "zk-client")
 _WAIT_SLICE_S = 0.2
 
 AnyConsumer = Consumer | LegacyConsumer
+
+#: how often the poll thread calls ``poll(0)`` on every consumer of the worker (an application's poll loop, s)
+POLL_EVERY_S = 0.01
 
 
 class Worker:
@@ -82,6 +89,8 @@ class Worker:
         self.idle.set()
         self._lock = threading.Lock()
         self._stopping: StopBudget | None = None
+        #: the consumers' application loop (paused consumers: poll() returns nothing but runs their callbacks)
+        self.polling = PollLoop(POLL_EVERY_S, name="worker-poll")
 
     def new_consumer(self, group: str, topic: str) -> AnyConsumer:
         config = ConsumerConfig(
@@ -98,7 +107,9 @@ class Worker:
                 rebalance_max_retries=self.args.legacy_retries, rebalance_backoff_s=self.args.legacy_backoff
             )
             return LegacyConsumer(config, legacy=legacy, journal=self.journal)
-        return Consumer(config, journal=self.journal)
+        consumer = Consumer(config, journal=self.journal)
+        consumer.pause()
+        return consumer
 
     def handle(self, command: dict[str, Any]) -> dict[str, Any]:
         op = command.get("op")
@@ -120,6 +131,8 @@ class Worker:
                     stopping = self._stopping
                     if stopping is None:
                         self.consumers[consumer.consumer_id] = consumer
+                        if isinstance(consumer, Consumer):
+                            self.polling.add(consumer)
                 if stopping is not None:  # the stop began while it started: closed within the same budget
                     self.report.merge(consumer.close(budget=stopping))
                     raise RuntimeError("the worker is stopping")
@@ -129,7 +142,10 @@ class Worker:
             consumer_id = str(command["consumer"])
             if consumer_id not in self.consumers:
                 return {"ok": False, "error": f"no consumer {consumer_id} in this worker"}
-            self.consumers.pop(consumer_id).close(timeout=self.args.shutdown_timeout)
+            leaving = self.consumers.pop(consumer_id)
+            if isinstance(leaving, Consumer):
+                self.polling.remove(leaving)
+            leaving.close(timeout=self.args.shutdown_timeout)
             return {"ok": True, "consumer": consumer_id}
         return {"ok": False, "error": f"unknown command {op!r}"}
 
@@ -137,6 +153,7 @@ class Worker:
         """Close every consumer in parallel within ``budget`` (each journals what it skipped) and return what they
         skipped together, with a command still running at ``budget.session`` as ``unfinished``.  Main thread;
         blocks until ``budget.session`` at most."""
+        self.polling.close()
         with self._lock:
             self._stopping = budget
             consumers, self.consumers = list(self.consumers.values()), {}

@@ -1,0 +1,187 @@
+"""The consumer's contract with the application (issue 25, docs/consumer.md), in-process against a real ZooKeeper and
+a real coordinator: rebalance callbacks run inside ``poll()`` on the application's thread; a stop is acknowledged only
+after ``on_partitions_revoked`` returned; with auto-commit off nothing is committed that the application did not
+commit; every rebalance is announced, an empty assignment too; a session loss is announced as a loss."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_consumer import make, polling, produce
+from tests.integration.test_coordinator import Cluster
+from tests.zkutil import expire_session
+from zkcoord.consumer import Consumer, OffsetCommitFencedError, TopicPartition
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.procs import wait_until
+
+pytestmark = pytest.mark.integration
+
+P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
+        cluster.broker(1)
+        TopicAdmin(cluster.admin_zk).create("t", 2)
+        yield cluster
+
+
+class Heard:
+    """What one consumer's callbacks were called with, and on which thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[TopicPartition], str]] = []
+
+    def hook(self, which: str) -> object:
+        def called(partitions: list[TopicPartition]) -> None:
+            self.calls.append((which, list(partitions), threading.current_thread().name))
+
+        return called
+
+    def kinds(self) -> list[str]:
+        return [which for which, _, _ in self.calls]
+
+
+def _member(cluster: Cluster, data: Path, stack: ExitStack, heard: Heard, **kw: object) -> Consumer:
+    return make(
+        cluster,
+        data,
+        stack,
+        on_revoked=heard.hook("revoked"),
+        on_assigned=heard.hook("assigned"),
+        on_lost=heard.hook("lost"),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("rebalance", ["eager", "incremental"])
+def test_callbacks_run_inside_poll_on_the_polling_thread(cluster: Cluster, tmp_path: Path, rebalance: str) -> None:
+    heard = [Heard(), Heard()]
+    with ExitStack() as stack:
+        first = _member(cluster, tmp_path / "data", stack, heard[0], rebalance=rebalance)
+        wait_until(polling([first], lambda: len(first.assignment()) == 2), 20, "first owns both", interval=0)
+        second = _member(cluster, tmp_path / "data", stack, heard[1], rebalance=rebalance)
+        both = [first, second]
+        one_each = polling(both, lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1)
+        wait_until(one_each, 20, "one partition each", interval=0)
+        wait_until(polling(both, lambda: "assigned" in heard[1].kinds()), 10, "the second heard", interval=0)
+    me = threading.current_thread().name
+    for h in heard:
+        assert h.calls and {thread for _, _, thread in h.calls} == {me}, h.calls
+    assert "revoked" in heard[0].kinds(), "the first member lost a partition and was not told"
+    last_assigned = next(p for which, p, _ in reversed(heard[1].calls) if which == "assigned")
+    assert len(last_assigned) == 1
+    assert heard[1].calls[-1][0] == "revoked", "close() did not tell the application"
+
+
+def test_a_stop_is_acknowledged_only_after_the_revoke_callback_returned(cluster: Cluster, tmp_path: Path) -> None:
+    produce(tmp_path / "data", "t", 2, 20)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def slow_revoke(partitions: list[TopicPartition]) -> None:
+        if partitions:
+            entered.set()
+            assert release.wait(20)
+
+    with ExitStack() as stack:
+        first = make(cluster, tmp_path / "data", stack, on_revoked=slow_revoke, auto_commit=False)
+        wait_until(polling([first], lambda: len(first.assignment()) == 2), 20, "first owns both", interval=0)
+        poller = threading.Thread(target=lambda: [first.poll(0.05) for _ in range(200) if not release.is_set()])
+        poller.start()
+        stack.callback(poller.join)
+        stack.callback(release.set)
+        second = make(cluster, tmp_path / "data", stack)
+        assert entered.wait(20), "the revoke callback never ran"
+        channel = paths.channel("g", first.consumer_id)
+        # The callback is still running: the stop waits in the channel, and nobody fetches the partitions.
+        wait_until(lambda: first.assignment() == {}, 5, "the first stopped fetching")
+        parked = cluster.admin_zk.get_children(channel)
+        assert parked, "the stop was acknowledged while the application's revoke callback still ran"
+        assert second.assignment() == {} and not cluster.is_stable("g", 2)
+        release.set()
+        poller.join()
+        wait_until(polling([first, second], lambda: cluster.is_stable("g", 2)), 20, "stable with 2", interval=0)
+        applied = [
+            e
+            for e in read_journal(cluster.journal_dir)
+            if e.event == "command.applied" and e.fields.get("name") in parked
+        ]
+        assert applied and applied[0].fields["wait_ms"] > 0
+
+
+def test_with_auto_commit_off_a_stop_commits_nothing_the_application_did_not(cluster: Cluster, tmp_path: Path) -> None:
+    """The application got 0..49 of each partition, finished and committed only 0..24: the next owner starts at 25."""
+    produce(tmp_path / "data", "t", 2, 50)
+    with ExitStack() as stack:
+        first = make(cluster, tmp_path / "data", stack, auto_commit=False, max_poll_records=500)
+        got: list[int] = []
+
+        def received() -> int:
+            got.extend(r.offset for r in first.poll(0.05))
+            return len(got)
+
+        wait_until(lambda: received() >= 100, 20, "100 records", interval=0)
+        first.commit({P0: 25, P1: 25})  # what it finished
+        second = make(cluster, tmp_path / "data", stack)
+        wait_until(polling([first, second], lambda: cluster.is_stable("g", 2)), 20, "stable with 2", interval=0)
+        for tp in (P0, P1):
+            assert cluster.admin_zk.get(paths.offset("g", tp.topic, tp.partition))[0] == b"25"
+        moved = next(iter(second.assignment()))
+        started = [
+            e.fields["offset"]
+            for e in read_journal(cluster.journal_dir)
+            if e.event == "fetch.started" and e.fields.get("consumer") == second.consumer_id
+        ]
+        assert started == [25], f"the next owner of {moved} did not start at the application's own commit"
+
+
+def test_an_idle_member_hears_an_empty_assignment(cluster: Cluster, tmp_path: Path) -> None:
+    heard = [Heard(), Heard(), Heard()]
+    with ExitStack() as stack:
+        members = [_member(cluster, tmp_path / "data", stack, h) for h in heard]
+        wait_until(polling(members, lambda: cluster.is_stable("g", 3)), 30, "stable with 3", interval=0)
+        wait_until(polling(members, lambda: all("assigned" in h.kinds() for h in heard)), 10, "all heard", interval=0)
+    sizes = sorted(len(next(p for k, p, _ in reversed(h.calls) if k == "assigned")) for h in heard)
+    assert sizes == [0, 1, 1], heard[0].calls
+
+
+def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(cluster: Cluster, tmp_path: Path) -> None:
+    produce(tmp_path / "data", "t", 2, 10)
+    heard = Heard()
+    refused: list[BaseException] = []
+    with ExitStack() as stack:
+        holder: list[Consumer] = []
+
+        def lost(partitions: list[TopicPartition]) -> None:
+            heard.hook("lost")(partitions)
+            try:
+                holder[0].commit(dict.fromkeys(partitions, 1))
+            except OffsetCommitFencedError as e:
+                refused.append(e)
+
+        consumer = make(
+            cluster,
+            tmp_path / "data",
+            stack,
+            on_revoked=heard.hook("revoked"),
+            on_lost=lost,
+            auto_commit=False,
+        )
+        holder.append(consumer)
+        wait_until(polling([consumer], lambda: len(consumer.assignment()) == 2), 20, "owns both", interval=0)
+        expire_session(consumer.zk.kazoo)
+        wait_until(polling([consumer], lambda: "lost" in heard.kinds()), 20, "the loss announced", interval=0)
+    (_, partitions, _) = next(c for c in heard.calls if c[0] == "lost")
+    assert sorted(partitions) == [P0, P1]
+    assert refused, "a commit inside on_partitions_lost was not refused"
+    assert "revoked" not in heard.kinds()[heard.kinds().index("lost") :]

@@ -1,0 +1,119 @@
+"""The application's side of a rebalance: the callbacks, run on the thread that calls ``poll()`` or ``close()``.
+
+Kafka's ``ConsumerRebalanceListener`` contract, kept here (``docs/consumer.md``):
+
+* ``on_partitions_revoked(partitions)`` runs inside ``poll()`` after fetching of ``partitions`` stopped and before
+  the stop is acknowledged: the coordinator gives them to their next owner only after it returned.  With auto-commit
+  on, the positions of what ``poll()`` returned are committed first; with it off nothing is, and ``commit()`` inside
+  the callback commits what the application finished (the partitions are still ours).  Eager rebalances call it at
+  every stop, with nothing revoked too; incremental ones only when something is.
+* ``on_partitions_assigned(partitions)`` runs inside ``poll()`` once per applied start, before any record of those
+  partitions is returned -- with nothing assigned too (eager, or an incremental start that gives nothing new).
+* ``on_partitions_lost(partitions)`` runs inside ``poll()`` when partitions were taken away without a chance to
+  commit (session lost, registration ended, poll interval exceeded, a commit fenced): they may be someone else's
+  already, and a commit of them raises.  Default: ``on_partitions_revoked`` (Kafka's default too).
+* An exception a callback raises comes out of the ``poll()`` that ran it, after the rebalance step it belonged to was
+  handed back to the command thread (a stop is acknowledged all the same).
+
+Thread: only the application's (the one calling ``poll()``/``close()``); the command thread's side is
+:mod:`zkcoord.consumer.handoff`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from zkcoord.consumer.commits import Commits
+from zkcoord.consumer.core import ConsumerCore
+from zkcoord.consumer.handoff import Announcement, Change, ParkedStop
+from zkcoord.consumer.offsets import OffsetCommitFencedError
+from zkcoord.consumer.records import TopicPartition
+from zkcoord.errors import ZkError
+from zkcoord.runtime.faults import fault_point
+
+log = logging.getLogger(__name__)
+
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+class AppSide:
+    """Runs what the command thread left for the application (see the module docstring).  Application thread."""
+
+    def __init__(
+        self,
+        core: ConsumerCore,
+        commits: Commits,
+        *,
+        on_revoked: PartitionsCallback | None,
+        on_assigned: PartitionsCallback | None,
+        on_lost: PartitionsCallback | None,
+    ) -> None:
+        self.c = core
+        self.commits = commits
+        self.on_revoked = on_revoked
+        self.on_assigned = on_assigned
+        self.on_lost = on_lost if on_lost is not None else on_revoked
+        #: positions of the partitions being revoked while their callback runs (``commit()`` commits them too)
+        self.revoking: dict[TopicPartition, int] = {}
+
+    def run_due(self, *, assigned_only: bool = False) -> BaseException | None:
+        """Run everything due, in order (``assigned_only``: only the assignments at the head of the queue); return the
+        first exception a callback raised, for the caller to raise once everything due has run."""
+        failure: BaseException | None = None
+        while (item := self.c.handoff.next_due(assigned_only=assigned_only)) is not None:
+            raised = self._finish(item) if isinstance(item, ParkedStop) else self._announce(item)
+            failure = failure or raised
+        return failure
+
+    def close(self, positions: dict[TopicPartition, int]) -> None:
+        """``close()``'s callback: fetching stopped at ``positions`` and the claims still hold.  A parked stop's
+        partitions were told already (``close()`` runs :meth:`run_due` first).  What the callback raises is logged:
+        the stop goes on."""
+        revoked = sorted(positions)
+        if revoked and self.on_revoked is not None:
+            self.revoking = dict(positions)
+            try:
+                failure = self._call(self.on_revoked, revoked)
+            finally:
+                self.revoking = {}
+            if failure is not None:
+                log.warning("consumer %s: on_partitions_revoked failed while closing: %r", self.c.consumer_id, failure)
+
+    def _finish(self, stop: ParkedStop) -> BaseException | None:
+        """A parked stop: auto-commit first (Kafka's order), then the callback; then hand it back."""
+        leftover: dict[TopicPartition, int] = {}
+        if self.c.config.auto_commit and stop.positions:
+            try:
+                self.commits.commit(stop.positions)
+            except OffsetCommitFencedError as e:
+                log.warning("consumer %s: %s", self.c.consumer_id, e)
+            except ZkError as e:  # not landed: the stop's own transaction commits them
+                log.info("consumer %s: auto-commit before the revoke: %s", self.c.consumer_id, e)
+                leftover = dict(stop.positions)
+        failure = None
+        if self.on_revoked is not None and (stop.eager or stop.partitions):
+            self.revoking = dict(stop.positions)
+            try:
+                failure = self._call(self.on_revoked, list(stop.partitions))
+            finally:
+                self.revoking = {}
+        fault_point("consumer.after_revoke", self.c.journal)
+        self.c.events.put(("revoke-done", (stop, leftover)))
+        return failure
+
+    def _announce(self, item: Announcement) -> BaseException | None:
+        callback = {Change.ASSIGNED: self.on_assigned, Change.REVOKED: self.on_revoked, Change.LOST: self.on_lost}
+        chosen = callback[item.change]
+        if chosen is None or (not item.partitions and item.change is not Change.ASSIGNED):
+            return None
+        return self._call(chosen, list(item.partitions))
+
+    def _call(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> BaseException | None:
+        """Call one of the application's callbacks; return what it raised (raised again from ``poll()`` once the
+        step is handed back), so that a failing callback never leaves a stop unfinished."""
+        try:
+            callback(partitions)
+        except Exception as e:  # noqa: BLE001 -- the application's own code: handed back, raised from poll()
+            return e
+        return None
