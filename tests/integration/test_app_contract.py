@@ -6,7 +6,7 @@ commit; every rebalance is announced, an empty assignment too; a session loss is
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -41,7 +41,7 @@ class Heard:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[TopicPartition], str]] = []
 
-    def hook(self, which: str) -> object:
+    def hook(self, which: str) -> Callable[[list[TopicPartition]], None]:
         def called(partitions: list[TopicPartition]) -> None:
             self.calls.append((which, list(partitions), threading.current_thread().name))
 
