@@ -6,6 +6,7 @@ commit; every rebalance is announced, an empty assignment too; a session loss is
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -19,6 +20,7 @@ from zkcoord.consumer import Consumer, OffsetCommitFencedError, TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import read_journal
+from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
@@ -185,3 +187,32 @@ def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(cluster
     assert sorted(partitions) == [P0, P1]
     assert refused, "a commit inside on_partitions_lost was not refused"
     assert "revoked" not in heard.kinds()[heard.kinds().index("lost") :]
+
+
+def test_a_hung_application_leaves_within_its_poll_interval_and_rejoins_when_it_polls(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    heard = Heard()
+    with ExitStack() as stack:
+        hung = _member(cluster, tmp_path / "data", stack, heard, max_poll_interval_s=1.0, auto_commit=False)
+        other = make(cluster, tmp_path / "data", stack)
+        loop = stack.enter_context(PollLoop())
+        loop.add(other)
+        wait_until(polling([hung], lambda: cluster.is_stable("g", 2)), 20, "stable with 2", interval=0)
+        wait_until(polling([hung], lambda: len(hung.assignment()) == 1), 10, "one partition each", interval=0)
+        first_incarnation = hung.incarnation
+        # The application stops calling poll(): within its interval (and a heartbeat) it leaves the group.
+        left = time.monotonic()
+        wait_until(lambda: hung.incarnation is None, 5, "the hung member to leave")
+        assert time.monotonic() - left < 1.0 + 1.0
+        assert cluster.admin_zk.exists(paths.member("g", hung.consumer_id)) is None
+        assert hung.assignment() == {}
+        wait_until(lambda: cluster.is_stable("g", 1) and len(other.assignment()) == 2, 20, "the other owns both")
+        (event,) = [e for e in read_journal(cluster.journal_dir) if e.event == "consumer.poll_timeout"]
+        assert event.fields["consumer"] == hung.consumer_id and event.fields["partitions"] == 1
+        # Polling again: the loss is announced, and it registers again as a new incarnation.
+        wait_until(polling([hung], lambda: "lost" in heard.kinds()), 10, "the loss announced", interval=0)
+        rejoined = polling([hung], lambda: hung.incarnation not in (None, first_incarnation))
+        wait_until(rejoined, 10, "registered again", interval=0)
+        wait_until(polling([hung], lambda: cluster.is_stable("g", 2)), 20, "stable with 2 again", interval=0)
+        loop.remove(other)

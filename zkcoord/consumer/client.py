@@ -32,7 +32,6 @@ handing out records before the server can have expired its session and let the c
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -47,11 +46,12 @@ from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.handler_state import Rebalance
 from zkcoord.consumer.lease import Lease, lease_duration
 from zkcoord.consumer.offsets import OffsetStore
-from zkcoord.consumer.polling import AppSide, PartitionsCallback
+from zkcoord.consumer.polling import AppSide, PartitionsCallback, journal_consumed
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
+from zkcoord.consumer.registration import delete_own
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
-from zkcoord.errors import BadVersionError, ConsumerIdInUseError, NoNodeError, ZkError
+from zkcoord.errors import ConsumerIdInUseError, ZkError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
@@ -264,15 +264,10 @@ class Consumer:
                 return
 
     def _deregister(self, report: StopReport) -> None:
-        """Delete our member znode -- only our own: not a registration another process made at our id while we were
-        not registered -- (and a migrating consumer's 0.8 registration); absent already is done."""
-        path = paths.member(self.config.group, self.consumer_id)
+        """Delete our member znode, only our own (:func:`zkcoord.consumer.registration.delete_own`), and a migrating
+        consumer's 0.8 registration; absent already is done."""
         try:
-            held = self.zk.exists(path)
-            mine = held is not None and held.ephemeralOwner == self.zk.session_id and held.czxid == self.incarnation
-            with contextlib.suppress(NoNodeError, BadVersionError):  # its session ended: gone with it
-                if mine and held is not None:
-                    self.zk.delete(path, held.version)
+            delete_own(self.core)
             if self.bridge is not None:
                 self.bridge.deregister()
         except ZkError as e:
@@ -303,6 +298,9 @@ class Consumer:
         """
         deadline = self.clock() + max(0.0, timeout)
         self.core.handoff.entered_poll()
+        if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
+            self.core.handoff.rejoin_due = False
+            self.core.events.put(("register", None))
         if (failure := self._deferred) is not None:
             self._deferred = None
             raise failure
@@ -330,7 +328,7 @@ class Consumer:
             # an assignment that arrived while the records were taken: announced before they are returned
             failure = self.app.run_due(assigned_only=True)
             self._delivered += len(records)
-            self._journal_consumed(records, self._wall_ms_at(handed_at, up=False))
+            journal_consumed(self.core, records, self._wall_ms_at(handed_at, up=False))
             self._deferred = failure  # raised by the next call: these records are the application's already
         return records
 
@@ -426,6 +424,9 @@ class Consumer:
                     self.lease.renew(sent)
             if self.bridge is not None and self.bridge.pending:
                 self.core.events.put(("legacy-claim", None))  # the backstop to the owner znodes' watches
+            away = self.core.handoff.overdue(self.config.max_poll_interval_s)
+            if away is not None and not self.core.handoff.rejoin_due:
+                self.core.events.put(("poll-timeout", away))  # KIP-62: the command thread leaves the group
             valid_now = self.lease.valid()
             if not valid_now and not expired_reported:
                 expired_reported = True
@@ -467,37 +468,6 @@ class Consumer:
             generation=self.handler.admission.generation,
             **fields,
         )
-
-    def _journal_consumed(self, records: list[ConsumerRecord], at_ms: int) -> None:
-        """Journal what ``poll`` handed out as offset ranges: one event per run of records of one partition.
-        ``at_ms``: when the gate let them out (the event itself is written a little later).
-
-        ``poll`` returns each partition's records as one contiguous run, so this walks run boundaries only.
-        """
-        if self.journal.path is None:
-            return
-        owners = self.fetcher.assignment()
-        start = 0
-        n = len(records)
-        while start < n:
-            first = records[start]
-            end = start + 1
-            while end < n and records[end].partition == first.partition and records[end].topic == first.topic:
-                end += 1
-            tp = TopicPartition(first.topic, first.partition)
-            self.journal.emit(
-                "records.consumed",
-                group=self.config.group,
-                consumer=self.consumer_id,
-                thread=owners.get(tp, ""),
-                topic=first.topic,
-                partition=first.partition,
-                first=first.offset,
-                last=records[end - 1].offset,
-                count=end - start,
-                at_ms=at_ms,
-            )
-            start = end
 
 
 __all__ = ["Consumer", "ConsumerMetrics", "PartitionsCallback", "Rebalance"]

@@ -43,7 +43,7 @@ from zkcoord.consumer.handler_state import HandlerState, Rebalance
 from zkcoord.consumer.handoff import Change, ParkedStop
 from zkcoord.consumer.inbox import Wait, admit
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.consumer.registration import check_channel, check_registration
+from zkcoord.consumer.registration import check_channel, check_registration, delete_own
 from zkcoord.consumer.starting import Starter
 from zkcoord.consumer.vouch import Admission
 from zkcoord.errors import ConsumerIdInUseError, ZkCoordError, ZkError
@@ -136,14 +136,21 @@ class CommandHandler:
                 self.c.fetcher.resume()
         elif kind == "commit" and isinstance(arg, dict):  # poll()'s auto-commit: positions as it was entered
             self.state.commits.quietly(arg)
-        elif kind == "revoke-done" and isinstance(arg, tuple):
-            self._on_revoke_done(*arg)
+        elif kind in ("revoke-done", "register", "poll-timeout"):
+            self._on_application(kind, arg)
         elif kind == "legacy-claim":
             self.starter.claim_pending()
         elif kind == "owner":
             self.starter.claim_awaited(arg if isinstance(arg, str) else None)
+
+    def _on_application(self, kind: str, arg: object) -> None:
+        """What the application's side asks for: finish a parked stop, register again after leaving, leave."""
+        if kind == "revoke-done" and isinstance(arg, tuple):
+            self._on_revoke_done(*arg)
         elif kind == "register":
             self._register_again()
+        elif kind == "poll-timeout" and isinstance(arg, float):
+            self._leave_for_poll_interval(arg)
 
     def _on_own_znodes(self, kind: str, arg: object) -> None:
         """Our registration or channel changed, or a commit found partitions no longer ours: repair, or stop."""
@@ -215,6 +222,52 @@ class CommandHandler:
         elif conn is ConnState.CONNECTED and self.state.lost:
             self._register_again()
         # CONNECTED in the same session needs nothing here: the heartbeat renews the lease and resumes fetching.
+
+    def _leave_for_poll_interval(self, away_s: float) -> None:
+        """KIP-62: the application has not called ``poll()`` for longer than ``max_poll_interval_s``: it is taken for
+        hung.  Leave the group so that its partitions move: stop fetching, commit nothing (the application may be
+        stuck in the middle of a batch), release, delete our registration (the coordinator sees us leave), and count
+        as unregistered until the application's next ``poll()`` (which announces the loss and asks to register
+        again: ``rejoin``).  Commands meant for the registration that ended are refused from now on.
+
+        :raises ZkError: the deletion failed; the heartbeat thread reports the overdue poll again.
+        """
+        c = self.c
+        if self.state.lost or c.incarnation is None:
+            return
+        lost = set(c.fetcher.assignment())
+        if self.state.parked is not None:
+            lost.update(c.handoff.cancel(self.state.parked))
+            self.state.parked = None
+        c.fetcher.revoke("poll interval exceeded")
+        self.state.commits.unsettled.clear()
+        self.state.abandon_wait()
+        self.state.release()
+        delete_own(c)
+        if c.bridge is not None:
+            c.bridge.deregister()
+        c.incarnation = None
+        self.state.lost = True  # unregistered: no claim, no command, until the application polls again
+        c.handoff.forget_poll()
+        c.handoff.rejoin_due = True
+        interval = c.config.max_poll_interval_s
+        log.warning(
+            "consumer %s: poll() not called for %.1f s (max poll interval %g s): left group %s, %d partitions given up",
+            c.consumer_id,
+            away_s,
+            interval,
+            c.config.group,
+            len(lost),
+        )
+        c.journal.emit(
+            "consumer.poll_timeout",
+            group=c.config.group,
+            consumer=c.consumer_id,
+            interval_ms=round(interval * 1000),
+            away_ms=round(away_s * 1000),
+            partitions=len(lost),
+        )
+        c.handoff.announce(Change.LOST, sorted(lost))
 
     def _register_again(self) -> None:
         """After a session loss, once connected: register again (both registries for a migrating consumer, after

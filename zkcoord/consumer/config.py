@@ -115,6 +115,7 @@ class ConsumerConfig:
     migrating: bool = False
     rebalance: Rebalance = "eager"
     shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
+    max_poll_interval_s: float = 300.0
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -136,6 +137,8 @@ class ConsumerConfig:
         if self.rebalance not in ("eager", "incremental"):
             raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
         validate_timeout(self.shutdown_timeout_s)
+        if not 1 <= self.max_poll_interval_s <= 86_400:
+            raise ConfigurationError(f"max poll interval must be within 1..86400 s, got {self.max_poll_interval_s}")
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):

@@ -85,6 +85,8 @@ class Handoff:
     #: when ``poll()`` was last entered or stopped waiting for data; whether it waits for data now
     _poll_mark: float | None = None
     _waiting: bool = False
+    #: the member left the group for exceeding its poll interval: the next ``poll()`` asks to register again
+    rejoin_due: bool = False
 
     # --- the command thread -----------------------------------------------------------------------------------
 

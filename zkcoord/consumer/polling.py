@@ -28,7 +28,7 @@ from zkcoord.consumer.commits import Commits
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handoff import Announcement, Change, ParkedStop
 from zkcoord.consumer.offsets import OffsetCommitFencedError
-from zkcoord.consumer.records import TopicPartition
+from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.errors import ZkError
 from zkcoord.runtime.faults import fault_point
 
@@ -117,3 +117,35 @@ class AppSide:
         except Exception as e:  # noqa: BLE001 -- the application's own code: handed back, raised from poll()
             return e
         return None
+
+
+def journal_consumed(c: ConsumerCore, records: list[ConsumerRecord], at_ms: int) -> None:
+    """Journal what ``poll()`` handed out as offset ranges (``records.consumed``): one event per run of records of one
+    partition.  ``at_ms``: when the gate let them out (the event itself is written a little later).
+
+    ``poll()`` returns each partition's records as one contiguous run, so this walks run boundaries only.
+    """
+    if c.journal.path is None:
+        return
+    owners = c.fetcher.assignment()
+    start = 0
+    n = len(records)
+    while start < n:
+        first = records[start]
+        end = start + 1
+        while end < n and records[end].partition == first.partition and records[end].topic == first.topic:
+            end += 1
+        tp = TopicPartition(first.topic, first.partition)
+        c.journal.emit(
+            "records.consumed",
+            group=c.config.group,
+            consumer=c.consumer_id,
+            thread=owners.get(tp, ""),
+            topic=first.topic,
+            partition=first.partition,
+            first=first.offset,
+            last=records[end - 1].offset,
+            count=end - start,
+            at_ms=at_ms,
+        )
+        start = end

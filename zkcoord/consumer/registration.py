@@ -27,11 +27,13 @@ Each repair is journalled (``registration.repaired``).  Runs on the consumer's c
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
+from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState
 from zkcoord.consumer.handoff import Change
-from zkcoord.errors import ConsumerIdInUseError, NoNodeError, ZkUnavailableError
+from zkcoord.errors import BadVersionError, ConsumerIdInUseError, NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
 
 log = logging.getLogger(__name__)
@@ -129,3 +131,20 @@ def _journal(handler: HandlerState, reason: str) -> None:
     c = handler.c
     c.journal.emit("registration.repaired", group=c.config.group, consumer=c.consumer_id, reason=reason)
     log.warning("consumer %s: registration repaired: %s", c.consumer_id, reason)
+
+
+def delete_own(c: ConsumerCore) -> bool:
+    """Delete our member znode -- only our own: not a registration another process made at our id while we were not
+    registered; True if it is gone now (deleted, or gone with its session already).
+
+    :raises ZkError: on I/O failure.
+    """
+    path = paths.member(c.config.group, c.consumer_id)
+    held = c.zk.exists(path)
+    if held is None:
+        return True
+    if held.ephemeralOwner != c.zk.session_id or held.czxid != c.incarnation:
+        return False
+    with contextlib.suppress(NoNodeError, BadVersionError):  # its session ended: gone with it
+        c.zk.delete(path, held.version)
+    return True

@@ -95,6 +95,10 @@ EVENTS: dict[str, str] = {
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
+    "consumer.poll_timeout": (
+        "a consumer's application did not call poll() within its max poll interval (KIP-62); the consumer left the "
+        "group, committing nothing: group, consumer, interval_ms, away_ms, partitions"
+    ),
     "records.processed": (
         "records the application finished processing: group, consumer, thread, topic, partition, first, last, count, "
         "at_ms"
