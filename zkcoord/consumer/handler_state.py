@@ -23,6 +23,7 @@ from zkcoord.consumer.handoff import Change, ParkedStop
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.vouch import Admission
 from zkcoord.layout.commands import Command
+from zkcoord.runtime.faults import fault_point
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,8 @@ class HandlerState:
             self.finish_stop(stop, positions)
             if revoked:
                 c.handoff.announce(Change.REVOKED, revoked)
+            if c.config.unsafe_no_fencing:  # where the revoke callback ran before issue 25: the contrast's fault
+                fault_point("consumer.after_revoke", c.journal)
             return True
         self.parked = stop
         c.journal.emit(

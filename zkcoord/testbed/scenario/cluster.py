@@ -147,9 +147,12 @@ class RunCluster:
         for topic in self.workload.wildcard_topics:
             admin.create(topic, self.workload.wildcard_partitions)
 
-    def start_consumer(self, group: str, *, via_proxy: bool = False, kind: str = "coordinator") -> Member:
-        """Start a consumer of ``group``: ``kind`` is ``coordinator``, ``zk-client`` or ``migrating``.  In an unsafe
-        run a ``migrating`` consumer is started without ``--migrating`` (the contrast: a naive migration)."""
+    def start_consumer(
+        self, group: str, *, via_proxy: bool = False, kind: str = "coordinator", extra: tuple[str, ...] = ()
+    ) -> Member:
+        """Start a consumer of ``group``: ``kind`` is ``coordinator``, ``zk-client`` or ``migrating``; ``extra``:
+        more ``zkcoord consume`` options.  In an unsafe run a ``migrating`` consumer is started without
+        ``--migrating`` (the contrast: a naive migration)."""
         w = self.workload
         if group == w.static_group:
             subscription = ["--topic", f"{w.static_topic}:{w.static_threads}"]
@@ -166,6 +169,7 @@ class RunCluster:
             args += ["--rebalance", "incremental"]
         if self.unsafe and kind != "zk-client":
             args.append("--unsafe")
+        args += extra
         member = Member(group, self._spawn(args, f"consumer-{group}-{self._next()}"), via_proxy, kind)
         self.members.append(member)
         return member

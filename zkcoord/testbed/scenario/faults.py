@@ -118,6 +118,30 @@ def consumer_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"killed consumer {member.proc.pid}"
 
 
+#: the application of ``consumer-kill-after-revoke``: slow, commits only what it finished
+SLOW_APP = ("--no-auto-commit", "--work-ms", "10", "--max-poll-records", "50")
+
+
+def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say) -> str:
+    """A slow application with auto-commit off is killed right after its revoke callback, while a member joins its
+    group (issue 25): the next owner must start at the application's own last commit, so nothing is lost.  In the
+    unsafe contrast the stop commits what ``poll()`` had returned before the application finished it (the order
+    before issue 25), and the records of the batch it was in are lost."""
+    group = cluster.workload.static_group
+    before = len(cluster.live_members(group))
+    victim = cluster.start_consumer(group, extra=SLOW_APP)
+    wait_until(lambda: cluster.stable(group, before + 1), 40, f"{group} stable with the slow member")
+    arm(cluster.fault_dir, victim.proc.pid, "consumer.after_revoke", "kill")
+    joiner = cluster.start_consumer(group)
+    wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
+    cluster.record_fault(
+        "consumer-kill-after-revoke", f"consumer-{victim.proc.pid}", f"SIGKILL after on_partitions_revoked in {group}"
+    )
+    say(f"consumer {victim.proc.pid} ({group}, auto-commit off, slow) killed right after its revoke callback")
+    _settle(cluster)
+    return f"killed consumer {victim.proc.pid} after its revoke; {joiner.proc.pid} joined"
+
+
 def consumer_join(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     group = rng.choice(cluster.groups())
     member = cluster.start_consumer(group)
@@ -230,6 +254,8 @@ FAULTS: dict[str, Fault] = {
               coordinator_kill),
         Fault("consumer-pause", "SIGSTOP a consumer past its session timeout, then SIGCONT", consumer_pause),
         Fault("consumer-kill", "SIGKILL a consumer and start a replacement", consumer_kill),
+        Fault("consumer-kill-after-revoke", "a slow consumer with auto-commit off joins, then is SIGKILLed right "
+              "after its revoke callback while another joins", consumer_kill_after_revoke),
         Fault("consumer-join", "a consumer joins a group", consumer_join),
         Fault("consumer-leave", "a consumer leaves cleanly (SIGTERM)", consumer_leave),
         Fault("partitions-added", "a topic grows by two partitions while producing", partitions_added),
