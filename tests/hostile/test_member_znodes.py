@@ -70,7 +70,7 @@ def test_a_commit_fenced_by_an_owner_the_state_agrees_with_stops_that_partition(
     produce(data, TOPIC, 2, 40)
     p0, p1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
     with ExitStack() as stack, ZkClient(ZkConfig.from_string(zk_hosts)) as zk:
-        m = member(zk_hosts, data, journal, stack)
+        m = member(zk_hosts, data, journal, stack, polled=False)  # the test polls it
         mine = f"{m.consumer_id}-0"
         zk.ensure_path(paths.owners(GROUP, TOPIC))
         for tp in (p0, p1):
