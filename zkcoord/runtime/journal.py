@@ -79,6 +79,10 @@ EVENTS: dict[str, str] = {
     ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
+    "consumer.poll_timeout": (
+        "a member did not call poll() within its max poll interval and left the group, committing nothing: group, "
+        "consumer, interval_ms, partitions"
+    ),
     "command.applied": "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions",
     "command.rejected": "a consumer refused (and acknowledged) a command: group, consumer, name, reason, ...",
     "command.awaiting": (
@@ -88,6 +92,10 @@ EVENTS: dict[str, str] = {
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
+    "records.processed": (
+        "records the application finished processing (written by it, after its work): group, consumer, thread, "
+        "topic, partition, first, last"
+    ),
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
     "offsets.reset": (
