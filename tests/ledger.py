@@ -1,7 +1,9 @@
-"""Reading a run's journal back as a ledger: what was produced, consumed, owned when (for test assertions).
+"""Reading a run's journal back as a ledger: what was produced, consumed, processed, owned when (for test assertions).
 
 These checks are the tests' own oracle, kept deliberately simple (sets of offsets, sorted intervals); the product's
-verdict (``zkcoord analyze``) computes the same properties at scale.
+verdict (``zkcoord analyze``) computes the same properties at scale.  As the verdict does, S3 (:meth:`Ledger.missing`)
+and S4 (:meth:`Ledger.duplicates`, :func:`uncommitted_tails`) judge a group on what its application processed
+(``records.processed``) when its journal holds any, else on what ``poll()`` handed out (``records.consumed``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ TP = tuple[str, int]
 class Ledger:
     produced: dict[TP, set[int]] = field(default_factory=dict)
     consumed: dict[TP, Counter[int]] = field(default_factory=dict)
+    #: what the application finished (``records.processed``), per partition
+    processed: dict[TP, Counter[int]] = field(default_factory=dict)
     #: (start_ms, end_ms or None, consumer, thread) per partition
     intervals: dict[TP, list[tuple[int, int | None, str, str]]] = field(default_factory=dict)
     #: per consumer: deliveries as (ts_ms, topic, partition, first, last)
@@ -43,6 +47,8 @@ class Ledger:
             if e.event == "records.consumed":
                 ledger.consumed.setdefault(tp, Counter()).update(range(f["first"], f["last"] + 1))
                 ledger.deliveries.setdefault(f["consumer"], []).append((e.ts_ms, tp[0], tp[1], f["first"], f["last"]))
+            elif e.event == "records.processed":
+                ledger.processed.setdefault(tp, Counter()).update(range(f["first"], f["last"] + 1))
             elif e.event == "fetch.started":
                 open_since[(tp, f["consumer"])] = (e.ts_ms, f["thread"])
             elif e.event == "fetch.stopped":
@@ -57,6 +63,11 @@ class Ledger:
             ledger.intervals.setdefault(tp, []).append((start_ms, last_seen.get(consumer), consumer, thread))
         return ledger
 
+    @property
+    def judged(self) -> dict[TP, Counter[int]]:
+        """What S3 and S4 judge: the processed records if the group journals any, else the consumed ones."""
+        return self.processed if self.processed else self.consumed
+
     def total_produced(self, topics: set[str] | None = None) -> int:
         return sum(len(v) for tp, v in self.produced.items() if topics is None or tp[0] in topics)
 
@@ -65,14 +76,14 @@ class Ledger:
         for tp, offsets in self.produced.items():
             if topics is not None and tp[0] not in topics:
                 continue
-            lost = len(offsets - set(self.consumed.get(tp, Counter())))
+            lost = len(offsets - set(self.judged.get(tp, Counter())))
             if lost:
                 out[tp] = lost
         return out
 
     def duplicates(self) -> dict[TP, set[int]]:
         return {
-            tp: {o for o, n in c.items() if n > 1} for tp, c in self.consumed.items() if any(n > 1 for n in c.values())
+            tp: {o for o, n in c.items() if n > 1} for tp, c in self.judged.items() if any(n > 1 for n in c.values())
         }
 
     def overlaps(self) -> list[tuple[TP, tuple[int, int | None, str, str], tuple[int, int | None, str, str]]]:
@@ -119,24 +130,27 @@ def stale_applied(journal: Path) -> list[str]:
 
 
 #: Events after which a consumer's records consumed since its last commit may be consumed again (S4's exception:
-#: it ended without committing them, as a crash would).
-UNCLEAN_ENDS = ("shutdown.incomplete", "legacy.session.expired", "consumer.fenced")
+#: it ended without committing them, as a crash would).  ``consumer.poll_timeout``: it left the group because its
+#: application did not poll in time, committing nothing.
+UNCLEAN_ENDS = ("shutdown.incomplete", "legacy.session.expired", "consumer.fenced", "consumer.poll_timeout")
 
 
 def uncommitted_tails(journal: Path, group: str) -> dict[TP, set[int]]:
-    """Per partition, the offsets some consumer of ``group`` had consumed but not committed when its stop was
-    incomplete or its session was lost (:data:`UNCLEAN_ENDS`): the only ones S4 lets be consumed twice."""
+    """Per partition, the offsets some consumer of ``group`` had consumed (processed, if the group journals
+    ``records.processed``) but not committed when its stop was incomplete, its session was lost or it left for
+    not polling (:data:`UNCLEAN_ENDS`): the only ones S4 lets be consumed (processed) twice."""
+    events = [e for e in read_journal(journal) if e.fields.get("group") == group]
+    ranges = "records.processed" if any(e.event == "records.processed" for e in events) else "records.consumed"
     delivered: dict[tuple[str, TP], list[tuple[int, int]]] = {}
     committed: dict[tuple[str, TP], int] = {}
     tails: dict[TP, set[int]] = {}
-    # A consumer whose session was lost goes on delivering until it notices (its lease); what it delivers then is
-    # uncommitted too, until it commits that partition again.
+    # A consumer whose session was lost goes on delivering until it notices (its lease), and its application on
+    # processing what it was handed before; what it delivers or processes then is uncommitted too, until it commits
+    # that partition again.
     unclean: dict[str, set[TP]] = {}  # consumer -> the partitions it committed again since
-    for e in sorted(read_journal(journal), key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
+    for e in sorted(events, key=lambda ev: (ev.ts_ms, ev.pid, ev.seq)):
         f = e.fields
-        if f.get("group") != group:
-            continue
-        if e.event == "records.consumed":
+        if e.event == ranges:
             key = (f["consumer"], (f["topic"], f["partition"]))
             delivered.setdefault(key, []).append((f["first"], f["last"]))
             if f["consumer"] in unclean and key[1] not in unclean[f["consumer"]]:

@@ -7,10 +7,13 @@ start fails these tests with the reason rather than skipping them: a skipped che
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.spark.journals import processed_runs
+from zkcoord.analysis import Verdict, run_analysis
 from zkcoord.analysis.errors import SparkUnavailableError
 from zkcoord.analysis.session import get_spark
 
@@ -24,3 +27,11 @@ def spark() -> Iterator[SparkSession]:
     yield session
     if created:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def processed_runs_verdict(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Verdict]:
+    """One analysis (no report) of the runs of ``tests/spark/journals.processed_runs``, side by side: their base
+    directory and the verdict."""
+    base = tmp_path_factory.mktemp("processed")
+    return base, run_analysis(processed_runs(base), base / "out", report=False)

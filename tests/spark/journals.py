@@ -235,3 +235,102 @@ def damaged_run(run_dir: Path) -> Run:
     line = {"v": 1, "ts": 1780, "mono": 1, "seq": b.seq + 1, "role": b.role, "pid": b.pid, "ev": "zk.state"}
     b.raw(json.dumps({**line, "state": "lost", "session": "0x2"}))  # complete JSON, but no newline: still torn
     return r
+
+
+# --- records.processed: runs judged on what the application finished (S3, S4) ---------------------------------------
+
+
+def processed(r: Run, ts: int, cid: str, partition: int, first: int, last: int, group: str = GROUP) -> None:
+    """``records.processed``: the application of ``cid`` finished ``first..last`` of t-``partition`` at ``ts``."""
+    r.consumers[cid].emit(ts, "records.processed", group=group, consumer=cid, thread=f"{cid}-0", topic=TOPIC,
+                          partition=partition, first=first, last=last, count=last - first + 1)  # fmt: skip
+
+
+#: The range :func:`processed_run` with ``gap=True`` never processes (t-0), although it was consumed and committed.
+PROCESSED_GAP = (75, 99)
+
+
+def processed_run(run_dir: Path, *, gap: bool = False) -> Run:
+    """The clean run (every record consumed once, offsets committed to the end) whose applications journal what they
+    finished; with ``gap``, A's application never finished t-0 75..99 (:data:`PROCESSED_GAP`): it was handed them by
+    ``poll()`` and the stop committed 100 for it, the loss of issue 25."""
+    r = clean_run(run_dir)
+    processed(r, 1305, A, 0, 0, 49)
+    processed(r, 1305, A, 1, 0, 39)
+    processed(r, 1520, A, 1, 40, 49)
+    processed(r, 1605, A, 0, 50, PROCESSED_GAP[0] - 1 if gap else 99)
+    processed(r, 1605, B, 1, 50, 99)
+    finish(r)
+    return r
+
+
+H = "h_h-1000-0000000f"
+
+
+def mixed_groups_run(run_dir: Path) -> Run:
+    """:func:`processed_run` (group g, judged on processed, complete) beside group h, whose consumer journals no
+    ``records.processed`` (judged on consumed) and was never handed t-1 90..99."""
+    r = processed_run(run_dir)
+    h = r.consumer(H, 206)
+    h.emit(1200, "consumer.registered", group="h", consumer=H, pattern="static", subscription={TOPIC: 1},
+           session="0x3", registrations=1)  # fmt: skip
+    for partition, last in ((0, 99), (1, 89)):
+        common = {"group": "h", "consumer": H, "thread": f"{H}-0", "topic": TOPIC, "partition": partition}
+        h.emit(1250, "fetch.started", **common, offset=0, generation=1)
+        h.emit(1300, "records.consumed", **common, first=0, last=last, count=last + 1)
+        h.emit(1310, "fetch.stopped", **common, offset=last + 1, generation=1, reason="stop-fetcher")
+    h.emit(1320, "consumer.deregistered", group="h", consumer=H)
+    return r
+
+
+def poll_timeout_run(run_dir: Path, *, timeout: bool = True) -> Run:
+    """One partition (t-0, 100 records).  A's application processes 0..49, commits 50, processes 50..74 and hangs:
+    A leaves the group for not polling (``consumer.poll_timeout``; with ``timeout=False`` that event is missing) and
+    its application, unstuck, still finishes 75..79 before A joins again.  B takes t-0 from the commit, 50, and
+    processes 50..99.  Offsets 50..79 are processed twice, all in A's uncommitted tail: allowed after the timeout
+    (S4 0, ``after_crash`` 30), clean duplicates without it (S4 30)."""
+    r = Run(run_dir)
+    r.coord.emit(1000, "coordinator.elected", broker=1, epoch=1, session="0x10")
+    r.produce(1100, 0, 0, 99)
+    r.register(1200, A, 201, {TOPIC: 1})
+    r.fetch(1250, A, 0, True, 0)
+    r.consumed(1300, A, 0, 0, 49)
+    processed(r, 1320, A, 0, 0, 49)
+    r.commit(1330, A, 0, 50)
+    r.consumed(1340, A, 0, 50, 99)
+    processed(r, 1400, A, 0, 50, 74)
+    if timeout:
+        r.consumers[A].emit(1500, "consumer.poll_timeout", group=GROUP, consumer=A, interval_ms=100,
+                            partitions=[f"{TOPIC}-0"])  # fmt: skip
+    r.fetch(1500, A, 0, False, 100)
+    r.register(1510, B, 202, {TOPIC: 1})
+    processed(r, 1550, A, 0, 75, 79)
+    r.fetch(1600, B, 0, True, 50)
+    r.consumed(1610, B, 0, 50, 99)
+    processed(r, 1650, B, 0, 50, 99)
+    r.commit(1660, B, 0, 100)
+    r.register(1700, A, 201, {TOPIC: 1})
+    r.fetch(1800, B, 0, False, 100)
+    for cid in (A, B):
+        r.consumers[cid].emit(1810, "consumer.deregistered", group=GROUP, consumer=cid)
+    return r
+
+
+#: The runs of :func:`processed_runs` and what each verdict counts.
+PROCESSED_EXPECTED = {
+    "gap": {"S1": 0, "S2": 0, "S3": 25, "S4": 0, "S5": 0},
+    "complete": {"S1": 0, "S2": 0, "S3": 0, "S4": 0, "S5": 0},
+    "mixed": {"S1": 0, "S2": 0, "S3": 10, "S4": 0, "S5": 0},
+    "timeout": {"S1": 0, "S2": 0, "S3": 0, "S4": 0, "S5": 0},
+    "no-timeout": {"S1": 0, "S2": 0, "S3": 0, "S4": 30, "S5": 0},
+}
+
+
+def processed_runs(base: Path) -> list[Path]:
+    """Write the runs of :data:`PROCESSED_EXPECTED` under ``base``; return their directories."""
+    processed_run(base / "gap", gap=True)
+    processed_run(base / "complete")
+    mixed_groups_run(base / "mixed")
+    poll_timeout_run(base / "timeout")
+    poll_timeout_run(base / "no-timeout", timeout=False)
+    return [base / name for name in PROCESSED_EXPECTED]

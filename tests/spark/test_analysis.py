@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from tests.spark.journals import DAMAGE, EXPECTED, clean_run, damaged_run, finish, violations_run
 from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
+from zkcoord.bench.analyze_python import python_verdict
 from zkcoord.runtime.journal import ReadStats, read_journal
 
 pytestmark = pytest.mark.spark
@@ -66,12 +67,25 @@ def test_each_violation_is_found_with_its_exact_count(verdict: Verdict) -> None:
     s1, s2, s3 = bad.property("S1").details, bad.property("S2").details, bad.property("S3").details
     assert (s1["deposed_writes"], s1["epoch_regressions"], s1["max_epoch"]) == (1, 0, 2)
     assert (s2["overlapping_pairs"], s2["deliveries_outside_ownership"]) == (1, 1)
-    assert s3["examples"] == [{"group": "g", "topic": "t", "partition": 0, "first": 120, "last": 129, "count": 10}]
+    assert s3["examples"] == [
+        {"group": "g", "topic": "t", "partition": 0, "first": 120, "last": 129, "count": 10, "judged_on": "consumed"}
+    ]
     s4, s5 = bad.property("S4").details, bad.property("S5").details
     assert (s4["duplicate_offsets"], s4["after_crash"], s4["clean"]) == (35, 30, 5)
     assert s5["stale_by_option"] == {"start-fetcher": 1, "stop-fetcher": 1}
     assert s5["rejected_by_reason"] == {"stale": 1}
     assert bad.rebalances["unfinished"] == 1
+
+
+def test_runs_without_processed_records_are_judged_on_consumed_ones(verdict: Verdict, runs: Path) -> None:
+    """Journals without ``records.processed`` (older ones, clients that do not journal their work) keep S3 and S4 on
+    what ``poll()`` handed out, with the same counts as before, in both readers."""
+    for name, expected in (("clean", dict.fromkeys(EXPECTED, 0)), ("violations", EXPECTED)):
+        run = verdict.run(name)
+        assert (run.judged_on, run.property("S4").details["judged_on"]) == ("consumed", "consumed"), name
+        assert {p.key: p.count for p in run.properties} == python_verdict(runs / name / "journal") == expected, name
+    judged = next(line for line in verdict.table().splitlines() if line.startswith("S3, S4 judged on"))
+    assert judged.split()[-3:] == ["consumed", "consumed", "consumed"]
 
 
 def test_damage_is_skipped_and_counted_like_the_reference_reader(verdict: Verdict, runs: Path) -> None:

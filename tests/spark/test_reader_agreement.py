@@ -1,6 +1,7 @@
 """The Spark reader (``zkcoord.analysis.load.classify``) and the reference reader
 (``zkcoord.runtime.journal.read_journal``) skip the same lines for the same reason, line by line, wrong JSON types
-included; and a run with lines of the wrong type is not given a PASS it did not earn."""
+included; a run with lines of the wrong type is not given a PASS it did not earn; and the Spark verdict agrees with
+the single-process one (``zkcoord.bench.analyze_python``) on runs judged on processed records."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import clean_run, finish
+from tests.spark.journals import PROCESSED_EXPECTED, clean_run, finish
+from zkcoord.analysis import Verdict
 from zkcoord.analysis.load import classify
+from zkcoord.bench.analyze_python import python_analysis
 from zkcoord.cli.analyze_cmd import analyze
 from zkcoord.runtime.journal import ReadStats, read_journal
 
@@ -146,3 +149,14 @@ def test_a_run_with_mistyped_lines_is_inconclusive_not_pass(spark: SparkSession,
     assert read["malformed"] == stats.malformed == read["unusable"] == changed
     assert all(p["count"] == 0 for p in saved["runs"][0]["properties"].values())
     assert (saved["ok"], saved["status"], saved["runs"][0]["status"]) == (False, "INCONCLUSIVE", "INCONCLUSIVE")
+
+
+def test_both_verdicts_agree_on_runs_with_processed_records(processed_runs_verdict: tuple[Path, Verdict]) -> None:
+    """The Spark verdict and the single-process reference (:func:`python_analysis`) count the same violations of
+    every property, and name the same missing ranges, on runs judged on processed records."""
+    base, verdict = processed_runs_verdict
+    for name, expected in PROCESSED_EXPECTED.items():
+        ref = python_analysis(base / name / "journal")
+        spark_run = verdict.run(name)
+        assert {p.key: p.count for p in spark_run.properties} == ref.counts == expected, name
+        assert spark_run.property("S3").details["examples"] == ref.missing, name

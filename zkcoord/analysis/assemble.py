@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from zkcoord.analysis.load import RunInput
-from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict
+from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, judged_on_label
 
 Rows = dict[str, dict[str, Any]]
 
@@ -105,7 +105,9 @@ def run_verdicts(
             delivered=F.sum("delivered"),
             consumed_distinct=F.sum("consumed_distinct"),
             duplicate_deliveries=F.sum("duplicate_deliveries"),
+            processed_distinct=F.sum("processed_distinct"),
             groups=F.count_distinct("group"),
+            groups_on_processed=F.count_distinct(F.when(F.col("judged_on") == "processed", F.col("group"))),
         ),
         metrics(
             t.stale,
@@ -142,7 +144,7 @@ def run_verdicts(
         ),
         examples(
             t.missing, "missing", ["group", "topic", "partition", "first"],
-            ["group", "topic", "partition", "first", "last", "count"],
+            ["group", "topic", "partition", "first", "last", "count", "judged_on"],
         ),
         examples(
             t.stale, "stale", ["applied_ts"],
@@ -168,6 +170,9 @@ def _judge(
         return int(value) if value is not None else 0
 
     rejected = {k[9:]: n(k) for k in m if k.startswith("rejected:")}
+    on_processed = n("groups_on_processed")
+    on_consumed = n("groups") - on_processed
+    judged_on = judged_on_label(on_processed, on_consumed)
     props = (
         PropertyResult("S1", PROPERTIES["S1"], n("deposed") + n("regressions"), {
             "deposed_writes": n("deposed"),
@@ -182,15 +187,20 @@ def _judge(
             "examples": shown.get("overlaps", []),
         }),
         PropertyResult("S3", PROPERTIES["S3"], n("missing"), {
+            "judged_on": judged_on,
             "missing_offsets": n("missing"),
             "missing_ranges": n("missing_ranges"),
             "expected": n("expected"),
             "consumed_distinct": n("consumed_distinct"),
+            "processed_distinct": n("processed_distinct"),
             "groups": n("groups"),
+            "groups_on_processed": on_processed,
+            "groups_on_consumed": on_consumed,
             "invalid_regexes": list(invalid_regexes),
             "examples": shown.get("missing", []),
         }),
         PropertyResult("S4", PROPERTIES["S4"], n("dups") - n("after_crash"), {
+            "judged_on": judged_on,
             "duplicate_offsets": n("dups"),
             "after_crash": n("after_crash"),
             "clean": n("dups") - n("after_crash"),

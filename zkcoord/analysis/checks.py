@@ -2,9 +2,11 @@
 
 * S1 :func:`deposed_writes` (and the ``epoch_regression`` column of :func:`zkcoord.analysis.tables.terms`)
 * S2 :func:`overlaps`, :func:`outside_ownership`
-* S3 :func:`subscribed_topics`, then :func:`zkcoord.analysis.ranges.sweep` of produced minus consumed islands
+* S3 :func:`subscribed_topics`, then :func:`zkcoord.analysis.ranges.sweep` of produced minus judged islands
 * S4 :func:`crash_tails`, then the duplicated islands intersected with them
 * S5 :func:`stale_applied`, :func:`rejections`
+
+S3 and S4 judge the ranges :func:`zkcoord.analysis.consumption.judged` picks per group: processed, or consumed.
 """
 
 from __future__ import annotations
@@ -138,32 +140,47 @@ def regex_keys(registrations: DataFrame) -> DataFrame:
 # --- S4 ------------------------------------------------------------------------------------------------------------
 
 
-def crash_tails(events: DataFrame, consumed: DataFrame, members: DataFrame) -> DataFrame:
-    """The offsets a consumer delivered but never committed before it was lost: ``run, group, topic, partition,
-    first, last`` (ranges, may overlap).
+def crash_tails(events: DataFrame, judged: DataFrame, members: DataFrame) -> DataFrame:
+    """The offsets a consumer delivered or processed but never committed before it was lost: ``run, group, topic,
+    partition, first, last`` (ranges, may overlap).
 
-    ``members`` (``run, group, consumer``) are the consumers of each group (every consumer named by an event).
-    A consumer is lost at a ``consumer.fenced`` (its session expired: it dropped its partitions without committing)
-    and, if it never wrote ``consumer.deregistered``, at the end of the run (a crash).  Its tail for a partition at a
-    loss point is what it delivered before that point at or above its last ``offsets.committed`` for the partition
-    before that point (a committed offset is the next one to consume); without a commit, everything it delivered.
+    ``judged`` are the ranges S4 judges (:func:`zkcoord.analysis.consumption.judged`: ``records.processed`` or
+    ``records.consumed``, said by ``judged_on``); ``members`` (``run, group, consumer``) are the consumers of each
+    group (every consumer named by an event).  A consumer is lost when it ends without committing what it holds:
+
+    * at a ``consumer.fenced`` (its session expired: it dropped its partitions without committing);
+    * at a ``consumer.poll_timeout`` (it did not poll within its interval and left the group, committing nothing);
+    * if it never wrote ``consumer.deregistered``, at the end of the run (a crash).
+
+    Its tail for a partition at a loss point is what it delivered or processed at or above its last
+    ``offsets.committed`` for the partition before that point (a committed offset is the next one to consume);
+    without a commit, everything.  Delivered ranges count up to the loss point.  Processed ranges count up to the
+    consumer's next ``consumer.registered`` after it (or the run's end): the application goes on working on records
+    handed to it before the loss, and commits nothing of them, until its consumer has joined again.
     """
     member = ["run", "group", "consumer"]
+    end = F.lit(END_OF_TIME)
     closed = of(events, "consumer.deregistered").select(*member)
-    crashed = members.select(*member).join(closed, member, "left_anti").withColumn("loss_ts", F.lit(END_OF_TIME))
-    fenced = of(events, "consumer.fenced").select(*member, F.col("ts").alias("loss_ts"))
-    losses = crashed.unionByName(fenced)
+    crashed = (
+        members.select(*member).join(closed, member, "left_anti").withColumn("loss_ts", end).withColumn("until_ts", end)
+    )
+    left = of(events, "consumer.fenced", "consumer.poll_timeout").select(*member, F.col("ts").alias("loss_ts"))
+    joined = of(events, "consumer.registered").select(*member, F.col("ts").alias("joined_ts"))
+    rejoin = F.min(F.when(F.col("joined_ts") > F.col("loss_ts"), F.col("joined_ts")))
+    lost = left.join(joined, member, "left").groupBy(*member, "loss_ts").agg(F.coalesce(rejoin, end).alias("until_ts"))
+    losses = crashed.unionByName(lost)
     commits = (
         of(events, "offsets.committed")
         .select(*member, "topic", "partition", "offset", F.col("ts").alias("commit_ts"))
-        .join(F.broadcast(losses), member)
+        .join(F.broadcast(losses.select(*member, "loss_ts")), member)
         .where(F.col("commit_ts") <= F.col("loss_ts"))
         .groupBy(*member, "topic", "partition", "loss_ts")
         .agg(F.max_by("offset", "commit_ts").alias("committed"))
     )
-    delivered = consumed.join(F.broadcast(losses), member).where(F.col("ts") <= F.col("loss_ts"))
+    until = F.when(F.col("judged_on") == "processed", F.col("until_ts")).otherwise(F.col("loss_ts"))
+    held = judged.join(F.broadcast(losses), member).where(F.col("ts") <= until)
     return (
-        delivered.join(commits, [*member, "topic", "partition", "loss_ts"], "left")
+        held.join(commits, [*member, "topic", "partition", "loss_ts"], "left")
         .select(
             *PARTITION_KEYS,
             F.greatest(F.col("first"), F.coalesce(F.col("committed"), F.col("first"))).alias("first"),

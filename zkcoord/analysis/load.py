@@ -3,8 +3,8 @@
 The reader follows :func:`zkcoord.runtime.journal.read_journal`, the reference: a torn last line (a file that does not
 end with a newline), a line that is not a JSON object with every core field, and a line of a newer schema version are
 skipped and counted, never guessed at.  Two more reasons are counted here: an ``ev`` this reader does not know
-(``unknown_event``: a newer writer's event type, ignored) and a range event (``produce.batch``, ``records.consumed``)
-without its topic, partition or a valid ``first..last`` (``incomplete``).
+(``unknown_event``: a newer writer's event type, ignored) and a range event (``produce.batch``, ``records.consumed``,
+``records.processed``) without its topic, partition or a valid ``first..last`` (``incomplete``).
 
 Lines are read as text and parsed with ``from_json`` against the explicit schema of :mod:`zkcoord.analysis.schema`.
 """
@@ -27,7 +27,7 @@ from zkcoord.analysis.schema import CORE_FIELDS, EVENT_COLUMNS, EVENT_SCHEMA, FI
 #: Why a line was skipped (the ``skip`` column; null for a usable event).
 SKIP_REASONS: tuple[str, ...] = ("truncated", "malformed", "newer_schema", "unknown_event", "incomplete")
 
-RANGE_EVENTS = ("produce.batch", "records.consumed")
+RANGE_EVENTS = ("produce.batch", "records.consumed", "records.processed")
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ def classify(lines: DataFrame) -> DataFrame:
     """Parse each line and say why it is skipped (``skip``), or null for a usable event.
 
     Output: ``run``, ``skip``, one column per schema field (:data:`~zkcoord.analysis.schema.EVENT_COLUMNS`) and
-    ``kind``: ``produced`` and ``consumed`` (the range events, most of a journal), ``other`` or ``skipped``.  The raw
-    text is dropped.
+    ``kind``: ``produced``, ``consumed`` and ``processed`` (the range events, most of a journal), ``other`` or
+    ``skipped``.  The raw text is dropped.
     """
     e = F.col("e")
     # Both parses are columns of their own, each evaluated once per line, not once per expression that reads them.
@@ -149,6 +149,7 @@ def classify(lines: DataFrame) -> DataFrame:
         F.when(F.col("skip").isNotNull(), F.lit("skipped"))
         .when(F.col("ev") == "produce.batch", F.lit("produced"))
         .when(F.col("ev") == "records.consumed", F.lit("consumed"))
+        .when(F.col("ev") == "records.processed", F.lit("processed"))
         .otherwise(F.lit("other"))
     )
     parsed = lines.select(
@@ -184,7 +185,8 @@ def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Colum
 
 
 def of_kind(classified: DataFrame, kind: str) -> DataFrame:
-    """The usable events of one kind (``produced``, ``consumed``, ``other``), without the bookkeeping columns."""
+    """The usable events of one kind (``produced``, ``consumed``, ``processed``, ``other``), without the bookkeeping
+    columns."""
     return classified.where(F.col("kind") == kind).drop("skip", "kind")
 
 

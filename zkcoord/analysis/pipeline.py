@@ -18,6 +18,7 @@ from typing import Any
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from zkcoord.analysis import checks, consumption, load, ranges, tables
 from zkcoord.analysis.assemble import Tables, run_verdicts
@@ -98,8 +99,8 @@ def _tuned(spark: SparkSession, partitions: int) -> Iterator[None]:
     previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in (shuffle, adaptive, writers)}
     settings: dict[str, str] = {
         shuffle: str(min(int(previous[shuffle] or 200), partitions)),
-        # the events table is written by kind (4 of them): one open writer each instead of a sort by kind
-        writers: "4",
+        # the events table is written by kind (5 of them): one open writer each instead of a sort by kind
+        writers: "5",
     }
     if partitions == 1:
         settings[adaptive] = "false"
@@ -197,6 +198,7 @@ def _analyse(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say:
         bounds=bounds,
         produced=tables.produced_ranges(load.of_kind(events, "produced")),
         consumed=tables.consumed_ranges(load.of_kind(events, "consumed")),
+        processed=tables.processed_ranges(load.of_kind(events, "processed")),
         other=_checkpoint(load.of_kind(events, "other")),
     )
     return _judge(spark, runs, out, say, inputs)
@@ -211,22 +213,32 @@ class _Inputs:
     bounds: DataFrame  # run, first_ts, last_ts
     produced: DataFrame
     consumed: DataFrame
+    processed: DataFrame
     other: DataFrame
 
 
 def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say, i: _Inputs) -> _Result:
-    produced, consumed, other, bounds = i.produced, i.consumed, i.other, i.bounds
+    produced, consumed, processed, other, bounds = i.produced, i.consumed, i.processed, i.other, i.bounds
     say("computing ownership intervals and merging offset ranges")
     # Independent Spark jobs are submitted together from a few driver threads: small jobs spend most of their time
     # in planning and scheduling, which then overlaps.
     registrations = tables.of(other, "consumer.registered")
-    seen, stale, produced_merged, consumed_merged, regex_rows = _together(
+    # Consumed and processed ranges are merged in one job, each kind apart (the ``source`` key).
+    both = consumed.withColumn("source", F.lit("consumed")).unionByName(
+        processed.withColumn("source", F.lit("processed"))
+    )
+    seen, stale, produced_merged, group_merged, regex_rows = _together(
         lambda: _checkpoint(tables.last_seen(other, consumed)),
         lambda: _checkpoint(checks.stale_applied(other)),
         lambda: _checkpoint(ranges.merge_ranges(produced, ("run", "topic", "partition"))),
-        lambda: _checkpoint(ranges.merge_ranges(consumed, tables.PARTITION_KEYS)),
+        lambda: _checkpoint(ranges.merge_ranges(both, (*tables.PARTITION_KEYS, "source"))),
         lambda: checks.regex_keys(registrations).collect(),
     )
+    consumed_merged = group_merged.where(F.col("source") == "consumed").drop("source")
+    processed_merged = group_merged.where(F.col("source") == "processed").drop("source")
+    # S3 and S4 judge a group on what its application processed if it journals that, else on what it consumed.
+    groups = consumption.processing_groups(processed_merged)
+    judged_merged = consumption.judged(consumed_merged, processed_merged, groups)
     invalid = [r for r in sorted({str(row["key"]) for row in regex_rows}) if not _java_regex_ok(spark, r)]
     topics = produced.select("run", "topic").distinct()
     intervals, subscribed = _together(
@@ -234,10 +246,10 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         lambda: _checkpoint(checks.subscribed_topics(registrations, topics, invalid)),
     )
     expected = consumption.expected_ranges(produced_merged, subscribed)
-    tails = checks.crash_tails(other, consumed, seen)
+    tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
     missing, duplicates = _together(
-        lambda: _checkpoint(consumption.missing_ranges(expected, consumed_merged)),
-        lambda: _checkpoint(consumption.duplicate_ranges(consumed_merged, tails)),
+        lambda: _checkpoint(consumption.missing_ranges(expected, judged_merged, groups)),
+        lambda: _checkpoint(consumption.duplicate_ranges(judged_merged, tails, groups)),
     )
 
     say(f"writing tables to {out / 'tables'}")
@@ -245,7 +257,15 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         "terms": tables.terms(other, bounds),
         "rebalances": tables.rebalances(other),
         "ownership": intervals,
-        "consumption": consumption.consumption(produced_merged, consumed_merged, subscribed, missing, duplicates),
+        "consumption": consumption.consumption(
+            produced_merged,
+            consumed_merged,
+            subscribed,
+            missing,
+            duplicates,
+            processed_merged=processed_merged,
+            groups=groups,
+        ),
         "missing_ranges": missing,
         "duplicate_ranges": duplicates,
         "commands": tables.commands(other, stale),

@@ -201,6 +201,7 @@ def _html(verdict: Verdict, images: dict[str, dict[str, str]]) -> str:
             cells.append(f'<td class="{cls}">{r.cell(p)}</td>')
         body.append(f"<tr><th>{key} {e(title)}</th>{''.join(cells)}</tr>")
     extra = [
+        ("S3, S4 judged on records", [r.judged_on for r in verdict.runs]),
         (
             "rebalances completed / attempts",
             [f"{r.rebalances.get('completed', 0)} / {r.rebalances.get('attempts', 0)}" for r in verdict.runs],

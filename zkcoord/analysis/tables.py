@@ -31,9 +31,18 @@ def consumed_ranges(events: DataFrame) -> DataFrame:
     ``ts`` is when the records were handed out (the event's ``at_ms``, the consumer's lease check), else when the
     event was written: the ownership intervals end at a lease deadline measured the same way.
     """
-    consumed = of(events, "records.consumed").where(F.col("group").isNotNull())
-    handed = consumed.withColumn("ts", F.coalesce(F.col("at_ms").cast("long"), F.col("ts")))
-    return handed.select(*CONSUMED_COLUMNS)
+    return _group_ranges(events, "records.consumed")
+
+
+def processed_ranges(events: DataFrame) -> DataFrame:
+    """``records.processed`` as ranges, the columns of :func:`consumed_ranges`; ``ts`` is when the application's work
+    on them ended (the event's ``at_ms``), else when the event was written."""
+    return _group_ranges(events, "records.processed")
+
+
+def _group_ranges(events: DataFrame, ev: str) -> DataFrame:
+    rows = of(events, ev).where(F.col("group").isNotNull())
+    return rows.withColumn("ts", F.coalesce(F.col("at_ms").cast("long"), F.col("ts"))).select(*CONSUMED_COLUMNS)
 
 
 def terms(events: DataFrame, bounds: DataFrame) -> DataFrame:

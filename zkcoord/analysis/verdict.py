@@ -18,6 +18,14 @@ PROPERTIES: dict[str, str] = {
 }
 
 
+def judged_on_label(on_processed: int, on_consumed: int) -> str:
+    """What S3 and S4 of a run were judged on, from how many groups were judged on each kind of range:
+    ``processed`` (every group journals ``records.processed``), ``consumed`` (none does: ``records.consumed``),
+    ``processed+consumed`` (some do), ``-`` (no group)."""
+    kinds = [name for name, count in (("processed", on_processed), ("consumed", on_consumed)) if count]
+    return "+".join(kinds) or "-"
+
+
 @dataclass(frozen=True)
 class PropertyResult:
     """One safety property of one run: ``count`` violations (0 passes) and the numbers behind it."""
@@ -100,6 +108,12 @@ class RunVerdict:
             return "FAIL"
         return "INCONCLUSIVE" if self.read.unusable else "PASS"
 
+    @property
+    def judged_on(self) -> str:
+        """The records S3 and S4 were judged on (:func:`judged_on_label`); ``-`` without an S3 result."""
+        s3 = [p for p in self.properties if p.key == "S3"]
+        return str(s3[0].details.get("judged_on", "-")) if s3 else "-"
+
     def cell(self, p: PropertyResult) -> str:
         """A property's table cell: ``3 FAIL``, ``0 PASS``, or ``0 INCONCLUSIVE`` when the run is inconclusive."""
         if not p.ok:
@@ -175,6 +189,7 @@ class Verdict:
         rows = []
         for key, title in PROPERTIES.items():
             rows.append([f"{key} {title}", *[r.cell(r.property(key)) for r in self.runs]])
+        rows.append(["S3, S4 judged on records", *[r.judged_on for r in self.runs]])
         rows.append(["rebalances (completed/all)", *[_rebalance_cell(r) for r in self.runs]])
         rows.append(["latency p50/p95/max ms", *[_percentiles(r.rebalances, "latency_ms") for r in self.runs]])
         rows.append(["stop-the-world p50/p95/max ms", *[_percentiles(r.rebalances, "stw_ms") for r in self.runs]])

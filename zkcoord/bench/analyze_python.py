@@ -1,7 +1,11 @@
 """The single-process pass of ``zkcoord bench analyze``: the S1-S5 verdict counts (``docs/analysis.md``) of one run's
 journal, computed by one Python process with the reference reader :func:`zkcoord.runtime.journal.read_journal`,
 dictionaries and sorted lists -- the baseline the Spark analysis is timed against, and must agree with
-(:mod:`zkcoord.bench.analyze`).  Pure: reads the journal, returns the counts; any thread.
+(:mod:`zkcoord.bench.analyze`; ``tests/spark/test_reader_agreement.py``).  Pure: reads the journal, returns the
+counts; any thread.
+
+As the Spark analysis, it judges S3 and S4 of a group on its ``records.processed`` ranges if its journal holds any,
+else on its ``records.consumed`` ranges; S2 on fetch intervals and ``records.consumed``.
 """
 
 from __future__ import annotations
@@ -32,15 +36,27 @@ def _merge(spans: list[tuple[int, int]]) -> tuple[list[list[int]], list[tuple[in
     return islands, overlaps
 
 
+def _subtract(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
+    """The ranges of islands ``a`` that islands ``b`` do not cover (both sorted and disjoint: one sweep)."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for first, last in a:
+        while j < len(b) and b[j][1] < first:
+            j += 1
+        lo, k = first, j
+        while k < len(b) and b[k][0] <= last:
+            if b[k][0] > lo:
+                out.append((lo, b[k][0] - 1))
+            lo = max(lo, b[k][1] + 1)
+            k += 1
+        if lo <= last:
+            out.append((lo, last))
+    return out
+
+
 def _minus(a: list[list[int]], b: list[list[int]]) -> int:
     """Offsets of islands ``a`` that islands ``b`` do not cover."""
-    covered = 0
-    for first, last in a:
-        for bf, bl in b:
-            lo, hi = max(first, bf), min(last, bl)
-            if lo <= hi:
-                covered += hi - lo + 1
-    return sum(last - first + 1 for first, last in a) - covered
+    return sum(last - first + 1 for first, last in _subtract(a, b))
 
 
 def _asof(markers: list[tuple[int, int]], ts: int) -> int | None:
@@ -58,6 +74,12 @@ def _running_max(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 Key = tuple[Any, ...]
+Delivery = tuple[int, int, int, str]  # ts, first, last, consumer
+
+#: A time after every event: the loss point of a consumer that never deregistered (as the Spark analysis).
+END_OF_TIME = (1 << 62) - 1
+_RANGES = {"produce.batch", "records.consumed", "records.processed"}
+_LOSSES = ("consumer.fenced", "consumer.poll_timeout")
 
 
 @dataclass
@@ -66,23 +88,32 @@ class Journal:
 
     by: dict[str, list[tuple[int, dict[str, Any]]]]
     fetch: dict[Key, list[tuple[int, int, int, str, Any]]]
-    consumed: dict[Key, list[tuple[int, int, int, str]]]  # (group, topic, partition) -> (ts, first, last, consumer)
+    consumed: dict[Key, list[Delivery]]  # (group, topic, partition) -> (ts, first, last, consumer)
+    processed: dict[Key, list[Delivery]]  # the same, of records.processed
     produced: dict[Key, list[tuple[int, int]]]
     seen: dict[tuple[str, str], int]
     applied: list[tuple[int, int, int, dict[str, Any]]]
 
 
 def _read(journal: Path) -> Journal:
-    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [])
+    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [])
     for e in read_journal(journal):
         f, ev, ts = e.fields, e.event, e.ts_ms
-        if "group" in f and "consumer" in f:
+        if ev in _RANGES and not _usable_range(f):
+            continue  # the Spark reader's "incomplete"
+        if ev in ("records.consumed", "records.processed"):
+            # handed out (consumed) or finished (processed) at at_ms if given, as tables.consumed_ranges
+            ts = int(f["at_ms"]) if f.get("at_ms") is not None else ts
+        if "group" in f and "consumer" in f and ev != "records.processed":
+            # the application's processed ranges do not extend a consumer's presence (S2 stays on fetching)
             key = (f["group"], f["consumer"])
             j.seen[key] = max(j.seen.get(key, ts), ts)
         if ev == "produce.batch":
             j.produced[(f["topic"], f["partition"])].append((f["first"], f["last"]))
-        elif ev == "records.consumed":
-            j.consumed[(f["group"], f["topic"], f["partition"])].append((ts, f["first"], f["last"], f["consumer"]))
+        elif ev in ("records.consumed", "records.processed"):
+            if f.get("group") is not None:
+                into = j.consumed if ev == "records.consumed" else j.processed
+                into[(f["group"], f["topic"], f["partition"])].append((ts, f["first"], f["last"], f["consumer"]))
         elif ev in ("fetch.started", "fetch.stopped"):
             j.fetch[(f["group"], f["consumer"], f["topic"], f["partition"])].append(
                 (ts, e.pid, e.seq, ev, f.get("at_ms"))
@@ -92,6 +123,28 @@ def _read(journal: Path) -> Journal:
             if ev == "command.applied":
                 j.applied.append((ts, e.pid, e.seq, f))
     return j
+
+
+def _usable_range(f: dict[str, Any]) -> bool:
+    """A range event with its topic, partition and a valid ``first..last`` (the Spark reader counts others as
+    ``incomplete``)."""
+    first, last = f.get("first"), f.get("last")
+    return (
+        f.get("topic") is not None
+        and f.get("partition") is not None
+        and first is not None
+        and last is not None
+        and 0 <= first <= last
+    )
+
+
+def judged(j: Journal) -> tuple[dict[Key, list[Delivery]], set[str]]:
+    """The ranges S3 and S4 judge, per ``(group, topic, partition)``: a group's processed ranges if it has any,
+    else its consumed ranges; and the groups judged on processed ranges."""
+    processing = {group for group, _topic, _partition in j.processed}
+    ranges = {k: v for k, v in j.consumed.items() if k[0] not in processing}
+    ranges.update(j.processed)
+    return ranges, processing
 
 
 def _s1(j: Journal, elected: list[tuple[int, int]]) -> int:
@@ -138,7 +191,9 @@ def _s2(j: Journal) -> int:
     return overlaps + outside
 
 
-def _s3(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:
+def _missing(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> list[Key]:
+    """S3: ``(group, topic, partition, first, last)`` of every produced range a subscribed group's judged ranges
+    (``merged``) do not cover."""
     subs: dict[str, set[str]] = defaultdict(set)
     topics = {t for t, _ in j.produced}
     for _ts, f in j.by["consumer.registered"]:
@@ -148,33 +203,51 @@ def _s3(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int
                 pattern = f["pattern"]
                 if {"static": t == key, "white_list": match, "black_list": not match}.get(pattern, False):
                     subs[f["group"]].add(t)
-    missing = 0
-    for group, wanted in subs.items():
-        for (topic, partition), spans in j.produced.items():
+    missing: list[Key] = []
+    for group, wanted in sorted(subs.items()):
+        for (topic, partition), spans in sorted(j.produced.items()):
             if topic in wanted:
-                missing += _minus(_merge(spans)[0], merged.get((group, topic, partition), ([], []))[0])
+                covered = merged.get((group, topic, partition), ([], []))[0]
+                missing += [(group, topic, partition, a, b) for a, b in _subtract(_merge(spans)[0], covered)]
     return missing
 
 
-def _s4(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:
+def _losses(j: Journal) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """Per consumer, its loss points ``(loss_ts, until_ts)`` (:func:`zkcoord.analysis.checks.crash_tails`): the end
+    of the run if it never deregistered; each ``consumer.fenced`` and ``consumer.poll_timeout``, until its next
+    ``consumer.registered`` (or the run's end)."""
     closed = {(f["group"], f["consumer"]) for _ts, f in j.by["consumer.deregistered"]}
-    losses: dict[tuple[str, str], list[int]] = defaultdict(list)
+    joined: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for ts, f in j.by["consumer.registered"]:
+        joined[(f["group"], f["consumer"])].append(ts)
+    losses: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
     for key in j.seen:
         if key not in closed:
-            losses[key].append(1 << 62)
-    for ts, f in j.by["consumer.fenced"]:
-        losses[(f["group"], f["consumer"])].append(ts)
+            losses[key].append((END_OF_TIME, END_OF_TIME))
+    for ev in _LOSSES:
+        for ts, f in j.by[ev]:
+            key = (f["group"], f["consumer"])
+            losses[key].append((ts, min((t for t in joined[key] if t > ts), default=END_OF_TIME)))
+    return losses
+
+
+def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[str],
+        merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:  # fmt: skip
+    losses = _losses(j)
     commits: dict[Key, list[tuple[int, int]]] = defaultdict(list)
     for ts, f in j.by["offsets.committed"]:
         commits[(f["group"], f["consumer"], f["topic"], f["partition"])].append((ts, f["offset"]))
     tails: dict[Key, list[tuple[int, int]]] = defaultdict(list)
-    for (group, topic, partition), deliveries in j.consumed.items():
+    for (group, topic, partition), deliveries in judged_ranges.items():
         for ts, first, last, consumer in deliveries:
-            for loss in losses.get((group, consumer), []):
+            for loss, until in losses.get((group, consumer), []):
+                # processed ranges count until the consumer joined again: its application goes on working on
+                # records handed out before the loss, and commits none of them
+                end = until if group in processing else loss
                 done = sorted(commits.get((group, consumer, topic, partition), []))
                 k = bisect.bisect_right(done, (loss, 1 << 62)) - 1  # the last commit at or before the loss
                 lo = max(first, done[k][1]) if k >= 0 else first
-                if ts <= loss and lo <= last:
+                if ts <= end and lo <= last:
                     tails[(group, topic, partition)].append((lo, last))
     clean = 0
     for key, (_islands, portions) in merged.items():
@@ -199,7 +272,35 @@ def _s5(j: Journal) -> int:
 
 def python_verdict(journal: Path) -> dict[str, int]:
     """S1-S5 counts (docs/analysis.md) in one process: the reference reader, dictionaries and sorted lists."""
+    return python_analysis(journal).counts
+
+
+@dataclass(frozen=True)
+class PythonAnalysis:
+    """What :func:`python_analysis` found: the S1-S5 counts, the missing ranges (S3: ``group``, ``topic``,
+    ``partition``, ``first``, ``last``, ``count``, ``judged_on``) and the groups judged on processed records."""
+
+    counts: dict[str, int]
+    missing: list[dict[str, Any]]
+    processing: frozenset[str]
+
+
+def python_analysis(journal: Path) -> PythonAnalysis:
+    """:func:`python_verdict` with the S3 ranges behind its count."""
     j = _read(journal)
     elected = _running_max([(ts, f["epoch"]) for ts, f in j.by["coordinator.elected"]])
-    merged = {k: _merge([(first, last) for _ts, first, last, _c in v]) for k, v in j.consumed.items()}
-    return {"S1": _s1(j, elected), "S2": _s2(j), "S3": _s3(j, merged), "S4": _s4(j, merged), "S5": _s5(j)}
+    ranges, processing = judged(j)
+    merged = {k: _merge([(first, last) for _ts, first, last, _c in v]) for k, v in ranges.items()}
+    missing = [
+        {"group": g, "topic": t, "partition": p, "first": a, "last": b, "count": b - a + 1,
+         "judged_on": "processed" if g in processing else "consumed"}
+        for g, t, p, a, b in _missing(j, merged)
+    ]  # fmt: skip
+    counts = {
+        "S1": _s1(j, elected),
+        "S2": _s2(j),
+        "S3": sum(m["count"] for m in missing),
+        "S4": _s4(j, ranges, processing, merged),
+        "S5": _s5(j),
+    }
+    return PythonAnalysis(counts, missing, frozenset(processing))

@@ -79,6 +79,10 @@ EVENTS: dict[str, str] = {
     ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
+    "consumer.poll_timeout": (
+        "a consumer's application did not call poll() within its max poll interval (KIP-62); the consumer left the "
+        "group, committing nothing: group, consumer, interval_ms, away_ms, partitions"
+    ),
     "command.applied": (
         "a consumer applied a command: group, consumer, name, option, epoch, generation, partitions; a stop-fetcher "
         "parked for the application also wait_ms (parked until its revoke callback returned)"
@@ -95,13 +99,9 @@ EVENTS: dict[str, str] = {
     "fetch.started": "a consumer began fetching a partition: group, consumer, thread, topic, partition, offset",
     "fetch.stopped": "a consumer stopped fetching a partition: group, consumer, thread, topic, partition, reason",
     "records.consumed": "records handed to the application: group, consumer, thread, topic, partition, first, last",
-    "consumer.poll_timeout": (
-        "a consumer's application did not call poll() within its max poll interval (KIP-62); the consumer left the "
-        "group, committing nothing: group, consumer, interval_ms, away_ms, partitions"
-    ),
     "records.processed": (
-        "records the application finished processing: group, consumer, thread, topic, partition, first, last, count, "
-        "at_ms"
+        "records the application finished processing (written by it, after its work): group, consumer, thread, "
+        "topic, partition, first, last, count, at_ms"
     ),
     "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",

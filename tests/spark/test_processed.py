@@ -1,0 +1,73 @@
+"""S3 and S4 judged on what the application processed (``records.processed``) for the groups that journal it, on
+what ``poll()`` handed out (``records.consumed``) for the others; a ``consumer.poll_timeout`` allows the duplicates
+of the member's uncommitted tail, as a crash does.  One analysis of five crafted runs serves the module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from tests.spark.journals import PROCESSED_EXPECTED, PROCESSED_GAP
+from zkcoord.analysis import Verdict
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_record_consumed_and_committed_but_never_processed_is_missing(
+    processed_runs_verdict: tuple[Path, Verdict],
+) -> None:
+    gap = processed_runs_verdict[1].run("gap")
+    assert {p.key: p.count for p in gap.properties} == PROCESSED_EXPECTED["gap"]
+    s3 = gap.property("S3").details
+    first, last = PROCESSED_GAP
+    missing = {"group": "g", "topic": "t", "partition": 0, "first": first, "last": last, "count": 25}
+    assert s3["examples"] == [{**missing, "judged_on": "processed"}]
+    assert (s3["judged_on"], s3["consumed_distinct"], s3["processed_distinct"]) == ("processed", 200, 175)
+    assert gap.status == "FAIL" and gap.judged_on == "processed"
+
+
+def test_every_record_processed_passes_on_processed(processed_runs_verdict: tuple[Path, Verdict]) -> None:
+    complete = processed_runs_verdict[1].run("complete")
+    assert complete.status == "PASS"
+    assert complete.property("S3").details["processed_distinct"] == 200
+    assert (complete.judged_on, complete.property("S4").details["judged_on"]) == ("processed", "processed")
+
+
+def test_each_group_is_judged_on_its_own_records(processed_runs_verdict: tuple[Path, Verdict]) -> None:
+    """Group g journals processed records (complete), group h only consumed ones (t-1 90..99 never handed out)."""
+    mixed = processed_runs_verdict[1].run("mixed")
+    assert {p.key: p.count for p in mixed.properties} == PROCESSED_EXPECTED["mixed"]
+    s3 = mixed.property("S3").details
+    assert s3["examples"] == [
+        {"group": "h", "topic": "t", "partition": 1, "first": 90, "last": 99, "count": 10, "judged_on": "consumed"}
+    ]
+    assert (s3["groups_on_processed"], s3["groups_on_consumed"]) == (1, 1)
+    assert mixed.judged_on == "processed+consumed"
+
+
+def test_a_duplicate_after_a_poll_timeout_is_allowed(processed_runs_verdict: tuple[Path, Verdict]) -> None:
+    verdict = processed_runs_verdict[1]
+    timeout, control = verdict.run("timeout").property("S4"), verdict.run("no-timeout").property("S4")
+    assert (timeout.count, timeout.details["duplicate_offsets"], timeout.details["after_crash"]) == (0, 30, 30)
+    # the same run without the poll timeout: the member left nothing uncommitted, so the 30 are clean duplicates
+    assert (control.count, control.details["after_crash"]) == (30, 0)
+    assert verdict.run("timeout").status == "PASS"
+
+
+def test_the_tables_say_what_was_judged(processed_runs_verdict: tuple[Path, Verdict], spark: SparkSession) -> None:
+    out = processed_runs_verdict[0] / "out" / "tables"
+    rows = spark.read.parquet(str(out / "consumption")).where("run = 'mixed'").collect()
+    got = {(r["group"], r["partition"]): (r["judged_on"], r["processed_distinct"], r["missing_offsets"]) for r in rows}
+    assert got == {
+        ("g", 0): ("processed", 100, 0),
+        ("g", 1): ("processed", 100, 0),
+        ("h", 0): ("consumed", 0, 0),
+        ("h", 1): ("consumed", 0, 10),
+    }
+    dups = spark.read.parquet(str(out / "duplicate_ranges")).where("run = 'timeout'").collect()
+    assert [(r["first"], r["last"], r["after_crash"], r["judged_on"]) for r in dups] == [(50, 79, True, "processed")]
+    table = processed_runs_verdict[1].table()
+    judged = next(line for line in table.splitlines() if line.startswith("S3, S4 judged on"))
+    assert judged.split()[-5:] == ["processed", "processed", "processed+consumed", "processed", "processed"]
