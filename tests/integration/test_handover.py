@@ -8,6 +8,7 @@ commits its offset, after it stopped fetching (S2, S3); a newer command supersed
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import ExitStack
@@ -114,7 +115,13 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
     produce(data, TOPIC, 2, 40)
     with ExitStack() as stack:
         # The loser's application commits what it finished when it loses partitions (auto-commit is off).
-        loser = member(zk_hosts, data, journal, stack, polled=False, on_revoked=lambda _tps: _commit(loser))
+        told: list[int] = []  # when the loser's revoke callback returned (monotonic ns, the journal's clock)
+
+        def revoked(_tps: list[TopicPartition]) -> None:
+            _commit(loser)
+            told.append(time.monotonic_ns())
+
+        loser = member(zk_hosts, data, journal, stack, polled=False, on_revoked=revoked)
         gainer = member(zk_hosts, data, journal, stack)
         old, new = f"{loser.consumer_id}-0", f"{gainer.consumer_id}-0"
         zk.ensure_path(paths.owners(GROUP, TOPIC))
@@ -150,6 +157,8 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
         (stopped_at,) = [e for e in fetch_events(journal, loser, P1) if e.event == "fetch.stopped"]
         (started_at,) = fetch_events(journal, gainer, P1)
         assert started_at.mono_ns > stopped_at.mono_ns
+        # Issue 25: and only after the loser's application heard (its callback, with its commit, had returned).
+        assert told and started_at.mono_ns > told[-1]
 
 
 def test_a_newer_command_supersedes_a_wait(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
