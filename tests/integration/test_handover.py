@@ -3,7 +3,8 @@
 No coordinator runs here: the test writes what one would (owner znodes, commands), so that each step happens in a
 known order.  What must hold: a start-fetcher that awaits a partition does not fetch it, nor acknowledge itself,
 until the partition's owner znode names its thread; the previous owner writes that only in the transaction that
-commits its offset, after it stopped fetching (S2, S3); a newer command supersedes the wait.
+acknowledges its stop, after it stopped fetching and its application's revoke callback (with its commit) returned
+(S2, S3); a newer command supersedes the wait.
 """
 
 from __future__ import annotations
