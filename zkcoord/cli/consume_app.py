@@ -45,8 +45,10 @@ class App:
     # --- the rebalance callbacks (inside poll(), on this thread) ---------------------------------------------
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
-        """Commit what was finished of the partitions going away (auto-commit off; on, the consumer did)."""
-        if not self.auto_commit:
+        """Commit what was finished of the partitions going away (auto-commit off; on, the consumer did).  The
+        zk-client consumer calls this on its rebalance thread, and can only commit what ``poll()`` returned: it
+        commits nothing here (what was finished since its last commit is processed again by the next owner)."""
+        if not self.auto_commit and isinstance(self.consumer, Consumer):
             self._commit({tp: off for tp, off in self.done.items() if tp in set(partitions)})
         for tp in partitions:
             self.done.pop(tp, None)
@@ -82,8 +84,8 @@ class App:
         if run:
             self._journal(run)
         self.processed += finished
-        if not self.auto_commit and finished:
-            self._commit(dict(self.done))
+        if not self.auto_commit and finished and (isinstance(self.consumer, Consumer) or finished == len(records)):
+            self._commit(dict(self.done))  # zk-client: only a whole batch (its commit() writes what poll() returned)
         return finished
 
     def _commit(self, offsets: dict[TopicPartition, int]) -> None:
