@@ -48,7 +48,9 @@ class App:
         """Commit what was finished of the partitions going away (auto-commit off; on, the consumer did).  The
         zk-client consumer calls this on its rebalance thread, and can only commit what ``poll()`` returned: it
         commits nothing here (what was finished since its last commit is processed again by the next owner)."""
-        if not self.auto_commit and isinstance(self.consumer, Consumer):
+        if not isinstance(self.consumer, Consumer):
+            return  # another thread than the loop's: it leaves the loop's state alone
+        if not self.auto_commit:
             self._commit({tp: off for tp, off in self.done.items() if tp in set(partitions)})
         for tp in partitions:
             self.done.pop(tp, None)
