@@ -23,6 +23,7 @@ EVIDENCE = {
     "coordinator-kill": "coordinator-kill",
     "consumer-pause": "consumer-pause",
     "consumer-kill": "consumer-kill",
+    "consumer-kill-after-revoke": "consumer-kill-after-revoke",
     "consumer-join": "consumer-join",
     "consumer-leave": "consumer-leave",
     "partitions-added": "partitions-added",
