@@ -2,8 +2,9 @@
 
 It is a real ZooKeeper client (no mock): it creates its member znode, watches its channel and acknowledges commands
 (deleted and recorded in the channel, in one transaction: :mod:`zkcoord.consumer.acks`), exactly as the real consumer
-does.  Tests choose its behaviour: acknowledge (the default), never
-acknowledge (a stuck member), or reject by rule.  Command handling runs on its own thread; the watch only enqueues.
+does.  Tests choose its behaviour: acknowledge (the default), never acknowledge (a stuck member), acknowledge stops
+only after a delay (an application finishing its batch and its revoke callback first, as the consumer's contract
+has it), or reject by rule.  Command handling runs on its own thread; the watch only enqueues.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class ScriptedConsumer:
     consumer_id: str = ""
     #: start() connects and watches but does not register; call register() (to join many at the same instant)
     defer_register: bool = False
+    #: the poll interval its registration publishes (None: none, as a zk-client-era member)
+    max_poll_interval_ms: int | None = None
+    #: how long after reading a stop-fetcher it acknowledges it (its application's batch and revoke callback)
+    stop_ack_delay_s: float = 0.0
     seen: list[Seen] = field(default_factory=list)
     owned: dict[str, dict[int, str]] = field(default_factory=dict)
     fetching: bool = False
@@ -78,7 +83,9 @@ class ScriptedConsumer:
     def register_async(self) -> Any:
         """Send the member znode's create without waiting (a kazoo async result): many consumers can register in
         one burst of a few milliseconds, as a fleet restarting at once would.  The group's ``ids`` must exist."""
-        reg = MemberRegistration(self.pattern, self.subscription, int(time.time() * 1000))
+        reg = MemberRegistration(
+            self.pattern, self.subscription, int(time.time() * 1000), max_poll_interval_ms=self.max_poll_interval_ms
+        )
         return self.zk.kazoo.create_async(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True)
 
     def close(self) -> None:
@@ -107,19 +114,21 @@ class ScriptedConsumer:
                 except ZkError:
                     break
                 self._done.add(name)
-                self._apply(name, data)
+                command = self._apply(name, data)
+                if command is not None and command.option is CommandOption.STOP_FETCHER and self.stop_ack_delay_s:
+                    time.sleep(self.stop_ack_delay_s)  # the application's batch and its revoke callback
                 if self.ack:
                     with contextlib.suppress(ZkError):
                         acknowledge(self.zk, path)
 
-    def _apply(self, name: str, data: bytes) -> None:
+    def _apply(self, name: str, data: bytes) -> Command | None:
         try:
             cmd = Command.decode(data)
         except CodecError as e:
             with self._changed:
                 self.seen.append(Seen(name, None, e.reason))
                 self._changed.notify_all()
-            return
+            return None
         stale = (cmd.epoch, cmd.generation) < (self.epoch, self.generation)
         with self._changed:
             self.seen.append(Seen(name, cmd, "stale" if stale else ""))
@@ -132,6 +141,7 @@ class ScriptedConsumer:
                     self.fetching = True
                     self.owned = {t: dict(p) for t, p in cmd.ownership.items()}
             self._changed.notify_all()
+        return cmd
 
     # --- waiting ------------------------------------------------------------------------------------------------
 

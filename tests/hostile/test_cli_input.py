@@ -101,6 +101,11 @@ CASES: list[tuple[str, list[str], str]] = [
     ("consume-topic-threads", ["consume", "--group", "g", "-t", "t:abc", "--zk", "{zk}"], "TOPIC:THREADS"),
     ("consume-bad-regex", ["consume", "--group", "g", "--whitelist", "(", "--zk", "{zk}"], "invalid regex"),
     ("consume-consumer-id", ["consume", "--group", "g", "-t", "t", "--consumer-id", "a/b", "--zk", "{zk}"], "g_"),
+    (
+        "consume-max-poll-interval",
+        ["consume", "--group", "g", "-t", "t", "--max-poll-interval", "0", "--zk", "{zk}"],
+        "max poll interval must be within 1..86400 s",
+    ),
     ("produce-missing-topic", ["produce", "nosuch", "--zk", "{zk}", "--data-dir", "{data}"], "does not exist"),
     # huge and negative numbers
     ("partitions-huge", ["topic", "create", "big", "-p", "99999999999999999999", "--zk", "{zk}"], "between 1"),

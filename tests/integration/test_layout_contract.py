@@ -11,11 +11,14 @@ consumer (commands are otherwise deleted within milliseconds), and walks the who
 * every documented leaf was seen, so a path the code stopped writing cannot linger in the document (a committed
   offset beyond the log's end makes a consumer write its reset record);
 * every channel's data is empty or the name of a command (the last one its consumer acknowledged), and some
-  channel records one.
+  channel records one;
+* every key of every member registration (both protocols' ``ids/``) is one the document names for
+  ``MemberRegistration``, and every coordinator consumer's registration publishes its ``max_poll_interval_ms``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from collections.abc import Iterator
@@ -39,6 +42,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "zookeeper-layout.md"
 _TREE_LINE = re.compile(r"^(?P<indent>[│ ]*)[├└]── (?P<name>\S+)(?:\s+(?P<kind>ephemeral|persistent(?:-sequential)?))?")
 _PLACEHOLDER = re.compile(r"<([^>]+)>")
 _CHANNEL = re.compile(r"/consumers/groups/[^/]+/channel/[^/]+")
+_MEMBER = re.compile(r"/consumers/(?:groups/)?[^/]+/ids/[^/]+")
+_COORDINATOR_MEMBER = re.compile(r"/consumers/groups/[^/]+/ids/[^/]+")
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,15 @@ def documented_layout(text: str) -> list[Documented]:
                 prefix = "/".join(root.split("/")[:i])
                 found.setdefault(prefix, Documented(prefix, None))
     return list(found.values())
+
+
+def registration_keys(text: str) -> set[str]:
+    """The keys the document gives a member registration: its example's, and every ``"key"`` named in its table row
+    and in the paragraph that describes registrations."""
+    (row,) = [line for line in text.splitlines() if "| `MemberRegistration` |" in line]
+    example = json.loads(re.findall(r"`(\{.*?\})`", row)[0])
+    (paragraph,) = re.findall(r"^Member registrations:.*?(?:\n\n|\Z)", text, flags=re.S | re.M)
+    return set(example) | set(re.findall(r'`"(\w+)"', row + paragraph))
 
 
 def walk(zk: ZkClient, path: str = "/") -> Iterator[tuple[str, int]]:
@@ -193,3 +207,14 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     channels = [path for path, _ in seen if _CHANNEL.fullmatch(path)]
     records = {path: decode_acknowledged(run.zk.get(path)[0], path) for path in channels}  # raises if malformed
     assert any(record is not None for record in records.values()), f"no channel records an acknowledgement: {records}"
+
+    # Every key a live member registration carries is documented; every coordinator consumer publishes its interval.
+    documented = registration_keys(DOC.read_text())
+    members = [path for path, _ in seen if _MEMBER.fullmatch(path) and run.zk.exists(path) is not None]
+    registrations = {path: json.loads(run.zk.get(path)[0]) for path in members}
+    undocumented = {path: sorted(set(reg) - documented) for path, reg in registrations.items() if set(reg) - documented}
+    assert undocumented == {}, f"registration keys the layout does not document: {undocumented}"
+    silent = [
+        p for p, reg in registrations.items() if _COORDINATOR_MEMBER.fullmatch(p) and "max_poll_interval_ms" not in reg
+    ]
+    assert silent == [], f"coordinator consumers that publish no poll interval: {silent}"

@@ -256,3 +256,50 @@ def test_unreadable_members_that_may_fetch_are_members_that_are_given_nothing(
     assert {t: set(p) for t, p in planned.target.items()} == {t: set(range(TOPICS[t])) for t in wanted}
     if holders & set(unreadable):
         assert not planned.incremental and planned.necessary
+
+
+# --- joiners hear their assignment, an empty one included ---------------------------------------------------------
+
+
+def test_a_joiner_given_nothing_still_gets_a_start() -> None:
+    members = {c: inc({"clicks": 1}) for c in ("a", "b", "c")}  # clicks has 3 partitions: one each
+    before = settled(members)
+    joined = snapshot({**members, "d": inc({"clicks": 1})}, before.state, before.owners)
+    planned = plan(joined, TOPICS, "range")
+    assert planned.necessary and planned.target == before.owners  # d gets nothing, nothing moves
+    m = moves(joined, planned.target)
+    assert m.revoke == {} and m.moved == 0
+    assert m.gain == {"d"}  # told so with a start carrying no partition; a, b and c hear nothing
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    first=st.dictionaries(st.sampled_from("abcde"), st.sampled_from([("clicks",), ("orders",), ("clicks", "orders")])),
+    second=st.dictionaries(st.sampled_from("abcdef"), st.booleans(), min_size=1),
+)
+def test_every_joiner_and_only_joiners_or_gainers_get_a_start(
+    first: dict[str, tuple[str, ...]], second: dict[str, bool]
+) -> None:
+    """Property: from a settled incremental group, after members joined, left and registered again, the members sent
+    a start are exactly the joiners (new ids and new incarnations) and those given a partition they do not hold; no
+    joiner is told to stop anything."""
+    subs = {cid: inc(dict.fromkeys(first.get(cid, ("clicks", "orders")), 1)) for cid in set(first) | set(second)}
+    before = settled({cid: subs[cid] for cid in first}) if first else GroupSnapshot("g", {}, None, {})
+    # second: the members now, each True when it registered again (a new incarnation) -- meaningless for newcomers
+    now = {
+        cid: Member(cid, subs[cid], 500 + i if again or cid not in first else before.members[cid].incarnation)
+        for i, (cid, again) in enumerate(sorted(second.items()))
+    }
+    snap = GroupSnapshot("g", now, before.state, before.owners)
+    target = plan(snap, TOPICS, "range").target
+    m = moves(snap, target)
+    joined = {cid for cid, again in second.items() if again or cid not in first}
+    held = still_held(snap)
+    given_new = {
+        thread.rsplit("-", 1)[0]
+        for topic, parts in target.items()
+        for p, thread in parts.items()
+        if held.get(topic, {}).get(p) != thread
+    }
+    assert m.gain == joined | given_new
+    assert not joined & set(m.revoke)

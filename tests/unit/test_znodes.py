@@ -21,6 +21,7 @@ from zkcoord.layout.commands import (
 )
 from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner, encode_owner
 from zkcoord.layout.registrations import (
+    MAX_POLL_INTERVAL_MS,
     BrokerRegistration,
     CoordinatorInfo,
     MemberRegistration,
@@ -69,6 +70,33 @@ def test_coordinator_info_round_trip(broker: int, epoch: int, ts: int) -> None:
 def test_static_member_round_trip(sub: dict[str, int], ts: int) -> None:
     reg = MemberRegistration(pattern=Pattern.STATIC, subscription=sub, timestamp_ms=ts)
     assert MemberRegistration.decode(reg.encode()) == reg
+
+
+@given(sub=st.dictionaries(topics, st.integers(1, 64), min_size=1, max_size=5), ts=ms,
+       interval=st.integers(1, MAX_POLL_INTERVAL_MS), incremental=st.booleans())  # fmt: skip
+def test_a_member_registration_round_trips_its_poll_interval(
+    sub: dict[str, int], ts: int, interval: int, incremental: bool
+) -> None:
+    reg = MemberRegistration(Pattern.STATIC, sub, ts, incremental=incremental, max_poll_interval_ms=interval)
+    assert json.loads(reg.encode())["max_poll_interval_ms"] == interval
+    assert MemberRegistration.decode(reg.encode()) == reg
+
+
+def test_a_registration_without_a_poll_interval_is_unknown_and_stays_kafkas_bytes() -> None:
+    kafka = b'{"pattern":"static","subscription":{"t":1},"timestamp":"1396019252998","version":1}'
+    reg = MemberRegistration.decode(kafka)
+    assert reg.max_poll_interval_ms is None
+    assert reg.encode() == kafka  # nothing written for an unknown interval
+
+
+@pytest.mark.parametrize(
+    "value", ["0", "-1", "1.5", '"300000"', "true", "null", "[1]", str(MAX_POLL_INTERVAL_MS + 1), "1e400"]
+)
+def test_a_malformed_poll_interval_is_refused(value: str) -> None:
+    data = f'{{"pattern":"static","subscription":{{"t":1}},"timestamp":"1","version":1,"max_poll_interval_ms":{value}}}'
+    with pytest.raises(CodecError, match="max_poll_interval_ms") as info:
+        MemberRegistration.decode(data.encode(), "/consumers/groups/g/ids/c")
+    assert "/consumers/groups/g/ids/c" in str(info.value)
 
 
 def test_member_registration_reads_kafka_examples() -> None:

@@ -28,7 +28,8 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
     type=click.FloatRange(0.05, 3600),
     default=10.0,
     show_default=True,
-    help="Seconds a rebalance phase waits for every acknowledgement.",
+    help="Seconds a rebalance phase waits for every acknowledgement; a phase that stops members waits this plus the "
+    "longest poll interval they publish (consume --max-poll-interval).",
 )
 @click.option(
     "--max-rebalance-retries", type=click.IntRange(0, 100), default=4, show_default=True, help="Retries per rebalance."

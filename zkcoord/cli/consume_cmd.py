@@ -130,6 +130,16 @@ class _Status:
     help="incremental: when every member says so, rebalances move only the partitions that change owner, with the "
     "coordinator's sticky assignor; the others keep fetching (docs/protocol.md).",
 )
+@click.option(
+    "--max-poll-interval",
+    type=float,
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long the application may take between two polls (Kafka's max.poll.interval.ms; 1..86400).  "
+    "Published in the member's registration: a rebalance's stop phase waits up to this long for this member "
+    "(docs/protocol.md).",
+)
 @click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
 @click.option(
     "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
@@ -161,6 +171,7 @@ def consume(
     protocol: str,
     migrating: bool,
     rebalance: str,
+    max_poll_interval: float,
     rebalance_max_retries: int,
     rebalance_backoff: float,
     assignor: str,
@@ -194,6 +205,7 @@ def consume(
         migrating=migrating,
         rebalance="incremental" if rebalance == "incremental" else "eager",
         shutdown_timeout_s=shutdown_timeout,
+        max_poll_interval_s=max_poll_interval,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")

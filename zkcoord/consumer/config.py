@@ -14,7 +14,7 @@ from typing import Literal
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout.legacy_paths import check_group
 from zkcoord.layout.names import validate_group, validate_topic
-from zkcoord.layout.registrations import MAX_THREADS, MemberRegistration, Pattern
+from zkcoord.layout.registrations import MAX_POLL_INTERVAL_MS, MAX_THREADS, MemberRegistration, Pattern
 from zkcoord.protocol.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
 from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
@@ -60,10 +60,21 @@ class Subscription:
                 raise ConfigurationError(f"invalid regex {regex!r}: {e}") from e
 
     def registration(
-        self, timestamp_ms: int, *, migrating: bool = False, incremental: bool = False
+        self,
+        timestamp_ms: int,
+        *,
+        migrating: bool = False,
+        incremental: bool = False,
+        max_poll_interval_ms: int | None = None,
     ) -> MemberRegistration:
+        """The member znode's content for this subscription (``max_poll_interval_ms`` None: not published)."""
         return MemberRegistration(
-            self.pattern, dict(self.topics), timestamp_ms, migrating=migrating, incremental=incremental
+            self.pattern,
+            dict(self.topics),
+            timestamp_ms,
+            migrating=migrating,
+            incremental=incremental,
+            max_poll_interval_ms=max_poll_interval_ms,
         )
 
 
@@ -97,6 +108,11 @@ class ConsumerConfig:
         moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
     :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
         ``docs/consumer.md``, "Stopping").
+    :param max_poll_interval_s: how long the application may take between two ``poll()`` calls (Kafka's
+        ``max.poll.interval.ms``, 300 s by default; 1..86400).  Published in the member's registration, where the
+        coordinator reads it: a stop-fetcher is acknowledged only once the application's next ``poll()`` has run its
+        revoke callback, so a rebalance's stop phase waits up to this long for this member.  Past it the consumer
+        takes the application for hung and leaves the group (KIP-62), rejoining at its next ``poll()``.
     """
 
     group: str
@@ -137,7 +153,7 @@ class ConsumerConfig:
         if self.rebalance not in ("eager", "incremental"):
             raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
         validate_timeout(self.shutdown_timeout_s)
-        if not 1 <= self.max_poll_interval_s <= 86_400:
+        if not 1 <= self.max_poll_interval_s <= MAX_POLL_INTERVAL_MS / 1000:
             raise ConfigurationError(f"max poll interval must be within 1..86400 s, got {self.max_poll_interval_s}")
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")

@@ -104,7 +104,10 @@ class ConsumerCore:
         :raises ConsumerIdInUseError: another live session holds our id (a persistent znode there is replaced).
         """
         reg = self.config.subscription.registration(
-            self.wall_ms(), migrating=self.config.migrating, incremental=self.config.rebalance == "incremental"
+            self.wall_ms(),
+            migrating=self.config.migrating,
+            incremental=self.config.rebalance == "incremental",
+            max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
         )
         path = paths.member(self.config.group, self.consumer_id)
         if self.bridge is not None:

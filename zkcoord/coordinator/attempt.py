@@ -72,6 +72,8 @@ class Attempt:
     state_version: int = -1
     token: int = 0
     step_started: float = 0.0
+    #: how long the current step waits for its acknowledgements (:func:`phase_timeout_s`)
+    timeout_s: float = 0.0
     stop_done_at: float = 0.0
     stop_ms: float = 0.0
     #: a write whose outcome is unknown (connection lost); resumed on reconnect
@@ -99,6 +101,28 @@ class Attempt:
         else:
             stop = self.step is Step.STOPPING
         return CommandOption.STOP_FETCHER if stop else CommandOption.START_FETCHER
+
+
+def phase_timeout_s(attempt: Attempt, base_s: float) -> float:
+    """How long the current step of ``attempt`` waits for its acknowledgements before the attempt is retried:
+    ``base_s`` (the coordinator's ``rebalance_timeout_s``) plus, when the step sends stop-fetchers (eager stop,
+    incremental stop, hand-over), the longest poll interval that the members told to stop published in their
+    registrations (Kafka's rebalance timeout is its members' ``max.poll.interval.ms``).
+
+    A stop is acknowledged once its member's application has finished its batch and run its revoke callback, which
+    may take up to its poll interval; a start is not held by the application, so a start-only step waits ``base_s``.
+    So do members whose interval is unknown (none published: ``zk-client``-era or older members, or a registration
+    that cannot be read).  The interval is the one the attempt planned with: a member that registers again is a new
+    incarnation, and its old one's departure aborts the attempt at once (as any member's), long wait or not.
+    """
+    members = attempt.read.snapshot.members
+    longest_ms = 0
+    for cid in attempt.recipients:
+        member = members.get(cid)
+        if member is None or attempt.option_for(cid) is not CommandOption.STOP_FETCHER:
+            continue
+        longest_ms = max(longest_ms, member.registration.max_poll_interval_ms or 0)
+    return base_s + longest_ms / 1000
 
 
 def channel_ops(attempt: Attempt) -> list[Op]:

@@ -13,7 +13,10 @@ class CoordinatorConfig:
     """How the coordinator rebalances.  Validates itself; raises :class:`ConfigurationError`.
 
     :param assignor: ``range`` (Kafka 0.8.2's default) or ``roundrobin``.
-    :param rebalance_timeout_s: how long one phase (stop or start) waits for every acknowledgement.
+    :param rebalance_timeout_s: how long one phase (stop or start) waits for every acknowledgement; a phase that
+        sends stop-fetchers waits this plus the longest poll interval its stopped members publish (their stop is
+        acknowledged only after their application's next ``poll()``:
+        :func:`~zkcoord.coordinator.attempt.phase_timeout_s`).
     :param max_rebalance_retries: attempts after the first before a rebalance is reported failed (seed D).
     :param rebalance_backoff_s: the pause before a retry, doubled on each further retry.
     :param batch_size: commands per ZooKeeper transaction; larger groups are written as several pipelined ones.

@@ -227,7 +227,8 @@ class Moves:
 
     #: consumer id -> topic -> partitions it must stop (it fetches them now and the target moves them)
     revoke: dict[str, dict[str, tuple[int, ...]]]
-    #: consumers the target gives a partition they do not fetch now (they get a start-fetcher)
+    #: consumers that get a start-fetcher: those the target gives a partition they do not fetch now, and every
+    #: joiner (:func:`joiners`), given something or not -- a member hears its assignment, an empty one included
     gain: frozenset[str]
     #: how many partitions change thread
     moved: int
@@ -257,6 +258,10 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
     ``revoke`` is given to its new thread only after its old one stopped it -- in two steps, once the old one
     acknowledged its stop; in one (a hand-over), once the old one wrote the new thread into the owner znode, after
     stopping.  A partition whose registry entry belongs to no live incarnation is free and needs no stop.
+
+    Every joiner gets a start-fetcher, even with nothing in it: without one, a member that joins a group with more
+    members than partitions could never tell "joined, nothing for me" from "still joining" (Kafka calls
+    ``onPartitionsAssigned`` with an empty collection).  Members that neither gain nor join hear nothing.
     """
     held = still_held(snapshot)
     revoke: dict[str, dict[str, list[int]]] = {}
@@ -280,6 +285,7 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
             if loser is not None and gainer is not None and new is not None:
                 handover.setdefault(loser, {}).setdefault(topic, {})[p] = new
                 awaiting.setdefault(gainer, {}).setdefault(topic, []).append(p)
+    gain |= joiners(snapshot)
     return Moves(
         {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in revoke.items()},
         frozenset(gain),
@@ -287,6 +293,15 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
         handover,
         {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in awaiting.items()},
     )
+
+
+def joiners(snapshot: GroupSnapshot) -> set[str]:
+    """The members new to the group since its state was written: an id the state does not record, or one it
+    records in another incarnation (the consumer registered again, in a new session).  They fetch nothing yet
+    (:func:`still_held`)."""
+    state = snapshot.state
+    recorded = state.members if state is not None else {}
+    return {cid for cid, member in snapshot.members.items() if recorded.get(cid) != member.incarnation}
 
 
 def restrict(target: Mapping[str, Mapping[int, str]], consumer_ids: Iterable[str]) -> Assignment:

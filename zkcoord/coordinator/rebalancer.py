@@ -15,6 +15,8 @@ A rebalance of group ``g`` is a sequence of *attempts*; each attempt has a new g
     STOPPING/STARTING --member of the attempt vanished--> aborted: the next attempt starts at once
     STOPPING/STARTING --timeout or write failure--> retried after a backoff (doubled each time), up to
         ``max_rebalance_retries``; then FAILED is persisted and reported, and the group waits for its next trigger.
+        A step's timeout is ``rebalance_timeout_s``, plus, for a step that stops members, the longest poll interval
+        they publish (:func:`~zkcoord.coordinator.attempt.phase_timeout_s`): their applications finish first.
 
 No start-fetcher of generation ``n`` is written before every member of generation ``n`` acknowledged its
 stop-fetcher (S2, coordinator side).
@@ -285,7 +287,11 @@ class Rebalancer:
         if attempt is None or attempt.token != token:
             return
         waiting = sorted(attempt.outstanding)
-        self._retry(attempt, f"timed out in {attempt.step.value} waiting for {', '.join(waiting[:5])}")
+        self._retry(
+            attempt,
+            f"timed out in {attempt.step.value} waiting for {', '.join(waiting[:5])} "
+            f"(the step's timeout: {attempt.timeout_s:g} s)",
+        )
 
     def on_reconnected(self) -> None:
         """Resume every phase write whose outcome the connection loss left unknown, and look again at the commands

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 
 from zkcoord.coordinator.acks import Acks
-from zkcoord.coordinator.attempt import Attempt, Step, channel_ops, command_ops, ownership_ops
+from zkcoord.coordinator.attempt import Attempt, Step, channel_ops, command_ops, ownership_ops, phase_timeout_s
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.plan import Moves
@@ -219,7 +219,8 @@ class Sender:
                 generation=attempt.generation,
                 partitions=partitions,
             )
-        self.schedule(self.config.rebalance_timeout_s, attempt.group, attempt.token)
+        attempt.timeout_s = phase_timeout_s(attempt, self.config.rebalance_timeout_s)
+        self.schedule(attempt.timeout_s, attempt.group, attempt.token)
         if attempt.step is Step.HANDOVER and created:
             fault_point("coordinator.mid_handover", self.journal)  # written and journalled, nothing acknowledged
         if created:

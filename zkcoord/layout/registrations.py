@@ -153,6 +153,9 @@ class Pattern(Enum):
 
 
 MAX_THREADS = 1024
+#: the longest poll interval a registration may publish (a day, as ``ConsumerConfig.max_poll_interval_s``): the
+#: coordinator waits that long for a stop, so a larger value is refused rather than trusted
+MAX_POLL_INTERVAL_MS = 86_400_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,12 @@ class MemberRegistration:
     migration, ``docs/migration.md``); ``incremental`` says the member can be rebalanced incrementally (partial
     stop-fetcher, additive start-fetcher: ``docs/protocol.md``).  Each is written only when true, so other
     registrations stay byte-for-byte Kafka 0.8's, and 0.8's readers ignore the extra keys.
+
+    ``max_poll_interval_ms`` is the member's poll interval (Kafka's ``max.poll.interval.ms``): how long its
+    application may take between two ``poll()`` calls, so how long acknowledging a stop-fetcher may take (it is
+    acknowledged once the application's next ``poll()`` has run its revoke callback).  The coordinator lengthens a
+    stop phase's timeout by it.  ``None`` (the key absent): unknown -- a ``zk-client`` member, or one older than the
+    key.  Written only when known.
     """
 
     pattern: Pattern
@@ -173,6 +182,7 @@ class MemberRegistration:
     timestamp_ms: int
     migrating: bool = False
     incremental: bool = False
+    max_poll_interval_ms: int | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -185,6 +195,8 @@ class MemberRegistration:
             obj["migrating"] = True
         if self.incremental:
             obj["incremental"] = True
+        if self.max_poll_interval_ms is not None:
+            obj["max_poll_interval_ms"] = self.max_poll_interval_ms
         return dump_object(obj)
 
     @classmethod
@@ -222,10 +234,18 @@ class MemberRegistration:
         incremental = obj.get("incremental", False)
         if not isinstance(incremental, bool):
             raise CodecError(what, "field 'incremental' must be a boolean", path)
+        interval = obj.get("max_poll_interval_ms")
+        if "max_poll_interval_ms" in obj and (
+            not isinstance(interval, int) or isinstance(interval, bool) or not 1 <= interval <= MAX_POLL_INTERVAL_MS
+        ):
+            raise CodecError(
+                what, f"field 'max_poll_interval_ms' must be an integer in 1..{MAX_POLL_INTERVAL_MS}", path
+            )
         return cls(
             pattern=pattern,
             subscription=dict(sub),
             timestamp_ms=timestamp_field(obj, what, path),
             migrating=migrating,
             incremental=incremental,
+            max_poll_interval_ms=interval,
         )
