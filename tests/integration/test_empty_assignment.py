@@ -15,6 +15,7 @@ from tests.integration.test_coordinator import Cluster
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.runtime.journal import Journal, JournalEvent
+from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,11 @@ def _consumer(cluster: Cluster, data: Path, stack: ExitStack, rebalance: str) ->
         session_timeout_s=4.0,
         rebalance="incremental" if rebalance == "incremental" else "eager",
     )
-    return stack.enter_context(Consumer(config, journal=Journal(cluster.journal_dir, "consumer")))
+    consumer = stack.enter_context(Consumer(config, journal=Journal(cluster.journal_dir, "consumer")))
+    loop = stack.enter_context(PollLoop())  # its application: a stop waits for the application's poll()
+    loop.add(consumer)
+    stack.callback(loop.remove, consumer)
+    return consumer
 
 
 def _starts(cluster: Cluster, kind: str, consumer: str, generation: int) -> list[JournalEvent]:
