@@ -4,8 +4,9 @@ It processes every record it gets (``--work-ms``: that long per record, standing
 finished as ``records.processed`` (the demo's verdict judges S3 on that, not on what ``poll()`` handed out), and
 commits as Kafka's applications do: with auto-commit on, the consumer commits what ``poll()`` returned; with
 ``--no-auto-commit`` the application commits what it *finished*, after each batch and in ``on_partitions_revoked``
-(which the consumer runs inside ``poll()``, between batches: ``docs/consumer.md``).  A stop asked for in the middle
-of a batch leaves the rest of it unprocessed and uncommitted: the partitions' next owner gets it again.
+(which the consumer runs inside ``poll()``, between batches: ``docs/consumer.md``).  With auto-commit off, a stop
+asked for in the middle of a batch leaves the rest of it unprocessed and uncommitted: the partitions' next owner gets
+it again; with it on, the batch is finished first, since the consumer's close commits what ``poll()`` returned.
 
 Thread: the one that runs the poll loop (the callbacks run on it too).
 """
@@ -63,13 +64,15 @@ class App:
     # --- the loop ----------------------------------------------------------------------------------------------
 
     def process(self, records: list[ConsumerRecord], show: Callable[[ConsumerRecord], None] | None) -> int:
-        """Work on ``records`` in order, journalling each finished run; stop early if a stop was asked for.  Then,
-        with auto-commit off, commit what was finished.  Returns how many were finished."""
+        """Work on ``records`` in order, journalling each finished run.  A stop asked for in the middle of the batch
+        ends it early only with auto-commit off: with it on, ``close()`` commits everything ``poll()`` returned, so the
+        batch is finished first (Kafka's at-least-once contract for auto-commit).  Then, with auto-commit off, commit
+        what was finished.  Returns how many were finished."""
         finished = 0
         run: list[ConsumerRecord] = []
         for record in records:
-            if self.stop.is_set():
-                break
+            if self.stop.is_set() and not self.auto_commit:
+                break  # the rest is not committed (only what is done is): the next owner processes it
             if self.work_s > 0:
                 time.sleep(self.work_s)  # the simulated work itself
             if show is not None:
