@@ -123,6 +123,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every test that starts Spark runs
+    on one worker: one JVM of Spark at a time on a 2-core machine, and one session shared by those tests."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A stream on the real stderr, opened before output capture resumes, so stack dumps reach the terminal even when
     # the test's own output is captured (or lost to a hard timeout).

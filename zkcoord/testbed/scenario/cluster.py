@@ -200,6 +200,15 @@ class RunCluster:
     def live_members(self, group: str | None = None) -> list[Member]:
         return [m for m in self.members if m.proc.alive() and (group is None or m.group == group)]
 
+    def owns(self, group: str, consumer_id: str) -> bool:
+        """Whether the group's target gives ``consumer_id`` any partition."""
+        try:
+            state = GroupState.decode(self.admin.get(paths.group_state(group))[0])
+        except ZkCoordError:
+            return False
+        prefix = f"{consumer_id}-"
+        return any(thread.startswith(prefix) for parts in state.target.values() for thread in parts.values())
+
     def groups(self) -> list[str]:
         return [self.workload.static_group, self.workload.wildcard_group]
 

@@ -118,8 +118,9 @@ def consumer_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"killed consumer {member.proc.pid}"
 
 
-#: the application of ``consumer-kill-after-revoke``: slow, commits only what it finished
-SLOW_APP = ("--no-auto-commit", "--work-ms", "10", "--max-poll-records", "50")
+#: the application of ``consumer-kill-after-revoke``: commits only what it finished, and is slower (25 records/s) than
+#: the records arrive on its partitions, so it is in the middle of a batch when the stop comes
+SLOW_APP = ("--no-auto-commit", "--work-ms", "40", "--max-poll-records", "50")
 
 
 def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say) -> str:
@@ -129,8 +130,12 @@ def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say
     before issue 25), and the records of the batch it was in are lost."""
     group = cluster.workload.static_group
     before = len(cluster.live_members(group))
-    victim = cluster.start_consumer(group, extra=SLOW_APP)
+    # An id that sorts before every Kafka-form id (<group>_<host>-...): the range assignor gives the first threads
+    # their partitions, so the slow member owns some however many members joined before it.
+    slow_id = f"{group}_-slow-{len(cluster.members)}"
+    victim = cluster.start_consumer(group, extra=(*SLOW_APP, "--consumer-id", slow_id))
     wait_until(lambda: cluster.stable(group, before + 1), 40, f"{group} stable with the slow member")
+    wait_until(lambda: cluster.owns(group, slow_id), 20, "the slow member to own partitions")
     arm(cluster.fault_dir, victim.proc.pid, "consumer.after_revoke", "kill")
     joiner = cluster.start_consumer(group)
     wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
