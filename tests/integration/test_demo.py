@@ -15,7 +15,8 @@ from tests.cli import run_cli
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.scenario.faults import FAULTS
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark]
+#: each test is a whole demo (two runs, a Spark analysis): minutes, more on a machine busy with the other worker
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 #: the journalled fault names each fault kind produces (at least one of them)
 EVIDENCE = {
