@@ -18,6 +18,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.zkutil import expire_session
 from zkcoord.consumer import Consumer, OffsetCommitFencedError, TopicPartition
 from zkcoord.data.topics import TopicAdmin
+from zkcoord.errors import NoNodeError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.poll_loop import PollLoop
@@ -219,3 +220,63 @@ def test_a_hung_application_leaves_within_its_poll_interval_and_rejoins_when_it_
         wait_until(rejoined, 10, "registered again", interval=0)
         wait_until(polling([hung], lambda: cluster.is_stable("g", 2)), 20, "stable with 2 again", interval=0)
         loop.remove(other)
+
+
+def test_with_auto_commit_on_a_stop_commits_what_poll_returned_before_the_revoke_callback(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    produce(tmp_path / "data", "t", 2, 30)
+    seen: list[list[bytes | None]] = []
+
+    def revoked(partitions: list[TopicPartition]) -> None:
+        if partitions:
+            seen.append([_offset(cluster, tp) for tp in (P0, P1)])
+
+    with ExitStack() as stack:
+        first = make(cluster, tmp_path / "data", stack, on_revoked=revoked, auto_commit_interval_s=3600)
+        got: list[int] = []
+
+        def received() -> int:
+            got.extend(r.offset for r in first.poll(0.05))
+            return len(got)
+
+        wait_until(lambda: received() >= 60, 20, "60 records", interval=0)
+        second = make(cluster, tmp_path / "data", stack)
+        wait_until(polling([first, second], lambda: bool(seen)), 20, "the revoke callback", interval=0)
+    assert seen[0] == [b"30", b"30"], "the positions of what poll() returned were not committed before the callback"
+
+
+def test_close_with_auto_commit_off_commits_nothing_and_tells_the_application(cluster: Cluster, tmp_path: Path) -> None:
+    produce(tmp_path / "data", "t", 2, 20)
+    heard = Heard()
+    with ExitStack() as stack:
+        consumer = _member(cluster, tmp_path / "data", stack, heard, auto_commit=False)
+        got: list[int] = []
+
+        def received() -> int:
+            got.extend(r.offset for r in consumer.poll(0.05))
+            return len(got)
+
+        wait_until(lambda: received() >= 40, 20, "40 records", interval=0)
+        consumer.commit({P0: 5})  # what the application finished
+        consumer.close()
+        assert heard.calls[-1][:2] == ("revoked", [P0, P1]) and heard.calls[-1][2] == threading.current_thread().name
+    assert [_offset(cluster, tp) for tp in (P0, P1)] == [b"5", None]
+
+
+def test_an_application_that_never_polls_leaves_within_its_poll_interval(cluster: Cluster, tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        idle = make(cluster, tmp_path / "data", stack, max_poll_interval_s=1.0)
+        started = time.monotonic()
+        wait_until(lambda: idle.incarnation is None, 10, "the member that never polled to leave")
+        assert time.monotonic() - started < 1.0 + 1.5
+        assert cluster.admin_zk.exists(paths.member("g", idle.consumer_id)) is None
+        (event,) = [e for e in read_journal(cluster.journal_dir) if e.event == "consumer.poll_timeout"]
+        assert event.fields["consumer"] == idle.consumer_id
+
+
+def _offset(cluster: Cluster, tp: TopicPartition) -> bytes | None:
+    try:
+        return cluster.admin_zk.get(paths.offset("g", tp.topic, tp.partition))[0]
+    except NoNodeError:
+        return None

@@ -118,7 +118,10 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
         # The loser's application commits what it finished when it loses partitions (auto-commit is off).
         told: list[int] = []  # when the loser's revoke callback returned (monotonic ns, the journal's clock)
 
+        during: list[tuple[str, bool]] = []  # inside the callback: the owner of P1, whether the gainer fetches it
+
         def revoked(_tps: list[TopicPartition]) -> None:
+            during.append((owner(zk, P1), P1 in gainer.assignment()))
             _commit(loser)
             told.append(time.monotonic_ns())
 
@@ -158,7 +161,9 @@ def test_the_new_owner_starts_only_once_the_old_one_handed_over(zk: ZkClient, zk
         (stopped_at,) = [e for e in fetch_events(journal, loser, P1) if e.event == "fetch.stopped"]
         (started_at,) = fetch_events(journal, gainer, P1)
         assert started_at.mono_ns > stopped_at.mono_ns
-        # Issue 25: and only after the loser's application heard (its callback, with its commit, had returned).
+        # Issue 25: and only after the loser's application heard (its callback, with its commit, had returned): while
+        # the callback ran, the owner znode still named the loser and the gainer did not fetch the partition.
+        assert during == [(old, False)]
         assert told and started_at.mono_ns > told[-1]
 
 

@@ -121,7 +121,7 @@ class Consumer:
             on_lost=on_partitions_lost,
         )
         self._user_wakeup = False
-        self._paused = False
+        self._polling = threading.Lock()
         #: what a callback raised in a call that returned records: raised by the next call
         self._deferred: BaseException | None = None
         self._threads: list[threading.Thread] = []
@@ -160,6 +160,7 @@ class Consumer:
             thread.start()
             self._threads.append(thread)
         self.core.watch_channel()
+        self.core.handoff.entered_poll()  # the poll interval runs from here: an application that never polls leaves
         # Our own znodes, repaired by the command thread if someone damages them (zkcoord.consumer.registration).
         self.zk.watch_data(
             paths.member(self.config.group, self.consumer_id),
@@ -201,6 +202,8 @@ class Consumer:
         meanwhile: S2).
         """
         report = StopReport()
+        if self.app.calling:
+            raise RuntimeError("close() called from inside a rebalance callback")
         if self._closing.is_set():
             return report
         budget = budget or StopBudget.start(self.config.shutdown_timeout_s if timeout is None else timeout)
@@ -296,6 +299,14 @@ class Consumer:
 
         :raises Exception: what a rebalance callback raised (the rebalance step went on).
         """
+        if not self._polling.acquire(blocking=False):
+            raise RuntimeError("poll() called from two threads at once (one thread polls a consumer, as in Kafka)")
+        try:
+            return self._poll(timeout)
+        finally:
+            self._polling.release()
+
+    def _poll(self, timeout: float) -> list[ConsumerRecord]:
         deadline = self.clock() + max(0.0, timeout)
         self.core.handoff.entered_poll()
         if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
@@ -326,7 +337,7 @@ class Consumer:
         self._user_wakeup = False
         if records:
             # an assignment that arrived while the records were taken: announced before they are returned
-            failure = self.app.run_due(assigned_only=True)
+            failure = self.app.run_due(announcements_only=True)
             self._delivered += len(records)
             journal_consumed(self.core, records, self._wall_ms_at(handed_at, up=False))
             self._deferred = failure  # raised by the next call: these records are the application's already
@@ -341,7 +352,10 @@ class Consumer:
             ``on_partitions_lost`` for all of them.
         :raises ZkError: nothing was committed.
         """
-        positions = dict(offsets) if offsets is not None else {**self.app.revoking, **self.fetcher.positions()}
+        if offsets is not None:
+            positions = dict(offsets)
+        else:  # partitions whose stop waits for this thread's next poll() are still ours: theirs too
+            positions = {**self.core.handoff.parked_positions(), **self.app.revoking, **self.fetcher.positions()}
         return self.handler.commit(positions)
 
     def assignment(self) -> dict[TopicPartition, str]:
@@ -349,11 +363,15 @@ class Consumer:
 
     def pause(self) -> None:
         """Stop fetching and handing out records (every partition, new ones too) until :meth:`resume`; :meth:`poll`
-        still runs the rebalance callbacks and keeps the poll interval, as Kafka's ``pause()`` does.  Any thread."""
-        self._paused = True
+        still runs the rebalance callbacks and keeps the poll interval, as Kafka's ``pause()`` does.  Records fetched
+        and not handed out are dropped (fetched again after :meth:`resume`).  Application thread."""
+        self.core.app_paused = True
+        self.fetcher.pause("paused by the application")
 
     def resume(self) -> None:
-        self._paused = False
+        """Fetch again (the lease still gates every read and every record handed out, S6).  Application thread."""
+        self.core.app_paused = False
+        self.fetcher.resume()
 
     def wakeup(self) -> None:
         """Make a blocked :meth:`poll` return now, with nothing.  Any thread."""
@@ -381,11 +399,8 @@ class Consumer:
 
     def _may_deliver(self) -> bool:
         """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
-        the fetcher threads before each read.  Shut while :meth:`pause` holds, and for good once :meth:`close`
-        began."""
-        if self._closing.is_set() or self._paused:
-            return False
-        return self.config.unsafe_no_fencing or self.lease.valid()
+        the fetcher threads before each read.  Shut for good once :meth:`close` began."""
+        return not self._closing.is_set() and (self.config.unsafe_no_fencing or self.lease.valid())
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
         """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment

@@ -107,12 +107,16 @@ class CommandHandler:
                     self.c.redeliver_later(("channel", None))
                 elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node", "revoke-done"):
                     self.c.redeliver_later((kind, arg))
+                elif kind == "poll-timeout":  # only the deletion is left to do
+                    self.c.redeliver_later((kind, 0.0))
                 elif self.state.lost and kind in ("state", "register"):
                     self.c.redeliver_later(("register", None))  # registering again failed: try again
             except ZkCoordError as e:
                 # Anything else the project raises (a corrupt partition log, ...): this step is abandoned and
                 # said so, and the thread goes on with the next event (S7: bad input never stops a consumer).
                 log.warning("consumer %s: %s failed: %s", self.c.consumer_id, kind, e)
+                if kind == "revoke-done":  # a parked stop must be finished, or no command is applied after it
+                    self.c.redeliver_later((kind, arg), delay=1.0)
                 self.c.journal.emit(
                     "input.rejected", what=f"consumer {kind} event", path=self.c.consumer_id, reason=str(e)
                 )
@@ -132,7 +136,7 @@ class CommandHandler:
                 "lease.expired", group=self.c.config.group, consumer=self.c.consumer_id, deadline_ms=arg
             )
         elif kind == "lease-renewed":
-            if not self.state.lost:
+            if not self.state.lost and not self.c.app_paused:
                 self.c.fetcher.resume()
         elif kind == "commit" and isinstance(arg, dict):  # poll()'s auto-commit: positions as it was entered
             self.state.commits.quietly(arg)
@@ -147,7 +151,11 @@ class CommandHandler:
         """What the application's side asks for: finish a parked stop, register again after leaving, leave."""
         if kind == "revoke-done" and isinstance(arg, tuple):
             self._on_revoke_done(*arg)
-        elif kind == "register":
+        elif kind == "register":  # from poll(): back after a poll-interval leave (or retried after an error)
+            if self.state.leaving is not None:
+                self.c.redeliver_later((kind, None))  # our old registration is to be deleted first
+                return
+            self.state.left_for_poll = False
             self._register_again()
         elif kind == "poll-timeout" and isinstance(arg, float):
             self._leave_for_poll_interval(arg)
@@ -167,7 +175,12 @@ class CommandHandler:
         ``on_partitions_revoked`` while the claims still hold (a commit in it lands); release.  The commit's outcome
         goes into ``closing.commit``, what else fails into ``closing.report``; never raises."""
         report, final = closing.report, closing.commit
-        positions = {**self.state.commits.unsettled, **self.c.fetcher.positions()}
+        stopped: dict[TopicPartition, int] = {}
+        if self.state.parked is not None:  # parked after close() looked: the closing thread tells the application
+            self.c.handoff.cancel(self.state.parked)
+            stopped = dict(self.state.parked.positions)
+            self.state.parked = None
+        positions = {**self.state.commits.unsettled, **stopped, **self.c.fetcher.positions()}
         pending = self.c.uncommitted(positions) if self.c.config.auto_commit else 0
         if not pending:
             final.end(final.LANDED, pending=0)  # nothing the policy commits (with auto-commit off: the application's)
@@ -183,6 +196,7 @@ class CommandHandler:
                 final.failed(e)
         if final.outcome != final.LANDED and pending:
             log.warning("consumer %s: closing, final commit %s: %s", self.c.consumer_id, final.outcome, final.why)
+        closing.positions.update(stopped)
         closing.positions.update(self.c.fetcher.revoke("closing"))
         closing.stopped.set()
         if closing.session is not None and not self.state.lost:
@@ -226,30 +240,43 @@ class CommandHandler:
     def _leave_for_poll_interval(self, away_s: float) -> None:
         """KIP-62: the application has not called ``poll()`` for longer than ``max_poll_interval_s``: it is taken for
         hung.  Leave the group so that its partitions move: stop fetching, commit nothing (the application may be
-        stuck in the middle of a batch), release, delete our registration (the coordinator sees us leave), and count
-        as unregistered until the application's next ``poll()`` (which announces the loss and asks to register
-        again: ``rejoin``).  Commands meant for the registration that ended are refused from now on.
+        stuck in the middle of a batch), release, and count as unregistered -- no claim, no command, no registering
+        again, even after a reconnection -- until the application's next ``poll()`` (which announces the loss and asks
+        to register again); then delete our registration, so that the coordinator sees us leave.  Everything but the
+        deletion is done first, so a ZooKeeper error leaves only the deletion to try again (``away_s`` 0).
 
-        :raises ZkError: the deletion failed; the heartbeat thread reports the overdue poll again.
+        :raises ZkError: the deletion failed (the event is redelivered).
         """
         c = self.c
-        if self.state.lost or c.incarnation is None:
-            return
-        lost = set(c.fetcher.assignment())
-        if self.state.parked is not None:
-            lost.update(c.handoff.cancel(self.state.parked))
-            self.state.parked = None
-        c.fetcher.revoke("poll interval exceeded")
-        self.state.commits.unsettled.clear()
-        self.state.abandon_wait()
-        self.state.release()
-        delete_own(c)
+        if self.state.leaving is None:
+            if self.state.lost or c.incarnation is None:
+                return
+            if away_s and c.handoff.overdue(c.config.max_poll_interval_s) is None:
+                return  # the application polled since the heartbeat looked
+            lost = set(c.fetcher.assignment())
+            if self.state.parked is not None:
+                lost.update(c.handoff.cancel(self.state.parked))
+                self.state.parked = None
+            c.fetcher.revoke("poll interval exceeded")
+            self.state.commits.unsettled.clear()
+            self.state.abandon_wait()
+            self.state.leaving, c.incarnation = c.incarnation, None
+            self.state.lost = True  # unregistered: no claim, no command, until the application polls again
+            self.state.left_for_poll = True
+            with self.state.commits.lock:
+                c.offsets.release()
+            c.handoff.forget_poll()
+            c.handoff.rejoin_due = True
+            self._journal_poll_timeout(away_s, len(lost))
+            c.handoff.announce(Change.LOST, sorted(lost))
         if c.bridge is not None:
+            c.bridge.release()
             c.bridge.deregister()
-        c.incarnation = None
-        self.state.lost = True  # unregistered: no claim, no command, until the application polls again
-        c.handoff.forget_poll()
-        c.handoff.rejoin_due = True
+        delete_own(c, self.state.leaving)
+        self.state.leaving = None
+
+    def _journal_poll_timeout(self, away_s: float, partitions: int) -> None:
+        c = self.c
         interval = c.config.max_poll_interval_s
         log.warning(
             "consumer %s: poll() not called for %.1f s (max poll interval %g s): left group %s, %d partitions given up",
@@ -257,7 +284,7 @@ class CommandHandler:
             away_s,
             interval,
             c.config.group,
-            len(lost),
+            partitions,
         )
         c.journal.emit(
             "consumer.poll_timeout",
@@ -265,9 +292,8 @@ class CommandHandler:
             consumer=c.consumer_id,
             interval_ms=round(interval * 1000),
             away_ms=round(away_s * 1000),
-            partitions=len(lost),
+            partitions=partitions,
         )
-        c.handoff.announce(Change.LOST, sorted(lost))
 
     def _register_again(self) -> None:
         """After a session loss, once connected: register again (both registries for a migrating consumer, after
@@ -277,8 +303,8 @@ class CommandHandler:
         :raises ZkError: registration failed (the loop schedules another try).
         """
         c = self.c
-        if not self.state.lost or c.session_state() is not ConnState.CONNECTED:
-            return
+        if not self.state.lost or self.state.left_for_poll or c.session_state() is not ConnState.CONNECTED:
+            return  # (left for the poll interval: only the application's next poll() brings us back)
         if c.bridge is not None:
             with self.state.commits.lock:
                 c.bridge.release_leaked()
@@ -354,6 +380,8 @@ class CommandHandler:
         """
         if self.state.parked is not stop:
             return
+        if self.c.zk.session_id != self.c.registered_session:
+            return  # our session ended: the loss, handled next, cancels the stop (nothing is written for it)
         self.state.finish_stop(stop, leftover)
         self.c.events.put(("channel", None))
 

@@ -83,6 +83,10 @@ class HandlerState:
         #: the stop-fetcher waiting for the application's next ``poll()`` (zkcoord.consumer.handoff); none is applied
         #: after it until it is finished
         self.parked: ParkedStop | None = None
+        #: we left the group for exceeding the poll interval: only the application's next ``poll()`` brings us back
+        #: (not a reconnection); ``leaving``: the incarnation whose registration is still to be deleted
+        self.left_for_poll = False
+        self.leaving: int | None = None
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in
@@ -110,26 +114,19 @@ class HandlerState:
         if revoked:
             self.c.handoff.announce(change, revoked)
 
-    def policy_positions(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """What a stop commits by itself: the positions of what ``poll()`` returned with auto-commit on (Kafka commits
-        them before the revoke callback), nothing with it off (the application commits what it finished)."""
-        return dict(positions) if self.c.config.auto_commit else {}
-
     def revoke(self, tps: set[TopicPartition], reason: str) -> list[TopicPartition]:
-        """Stop the partitions of ``tps`` we fetch outside a stop-fetcher (a start that lists them no more), commit as
-        the policy says (S3), release them and announce them revoked; return them.
-
-        :raises ZkError: the commit failed (its positions stay in ``commits.unsettled``).
-        """
+        """Stop the partitions of ``tps`` we fetch outside a stop-fetcher (a start that lists them no more: the
+        coordinator revokes first, so only after a lost stop), release them without committing (the application may
+        still be working on what ``poll()`` returned, and the partitions may be someone else's: Kafka's "lost") and
+        announce them lost; return them."""
         c = self.c
         stopping = sorted(tp for tp in c.fetcher.assignment() if tp in tps)
         if not stopping:
             return []
-        positions = c.fetcher.revoke_some(stopping, reason)
-        self.commits.stopped(self.policy_positions(positions), lost=self.lost)
+        c.fetcher.revoke_some(stopping, reason)
         with self.commits.lock:
             c.offsets.release(stopping)
-        c.handoff.announce(Change.REVOKED, stopping)
+        c.handoff.announce(Change.LOST, stopping)
         return stopping
 
     def stop(self, name: str, path: str, command: Command, tps: set[TopicPartition] | None) -> bool:

@@ -111,10 +111,10 @@ class Handoff:
 
     # --- the application's thread ---------------------------------------------------------------------------
 
-    def next_due(self, *, assigned_only: bool = False) -> Due | None:
-        """Take the next thing to do, in order (``assigned_only``: only an assignment at the head of the queue: the
-        records just taken may belong to it, and nothing behind a stop may run before the application has processed
-        them).  A parked stop is marked taken."""
+    def next_due(self, *, announcements_only: bool = False) -> Due | None:
+        """Take the next thing to do, in order (``announcements_only``: only announcements, up to the first parked
+        stop: the records just taken may belong to an assignment, and no stop may run before the application has
+        processed them).  A parked stop is marked taken."""
         with self._lock:
             while self._due:
                 head = self._due[0]
@@ -122,11 +122,9 @@ class Handoff:
                     if head.cancelled:
                         self._due.popleft()
                         continue
-                    if assigned_only:
+                    if announcements_only:
                         return None
                     head.taken = True
-                elif assigned_only and head.change is not Change.ASSIGNED:
-                    return None
                 return self._due.popleft()
             return None
 
@@ -134,6 +132,16 @@ class Handoff:
         """Drop what is only to be announced, keep parked stops (``close()``: the consumer is leaving)."""
         with self._lock:
             self._due = deque(item for item in self._due if isinstance(item, ParkedStop))
+
+    def parked_positions(self) -> dict[TopicPartition, int]:
+        """The positions of the partitions of the stops waiting for the application (still ours until it ran their
+        callback: a commit covers them)."""
+        with self._lock:
+            out: dict[TopicPartition, int] = {}
+            for item in self._due:
+                if isinstance(item, ParkedStop) and not item.cancelled:
+                    out.update(item.positions)
+            return out
 
     def pending(self) -> bool:
         with self._lock:

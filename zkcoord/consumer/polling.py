@@ -56,12 +56,14 @@ class AppSide:
         self.on_lost = on_lost if on_lost is not None else on_revoked
         #: positions of the partitions being revoked while their callback runs (``commit()`` commits them too)
         self.revoking: dict[TopicPartition, int] = {}
+        #: a callback of the application runs now (``close()`` from inside one is refused)
+        self.calling = False
 
-    def run_due(self, *, assigned_only: bool = False) -> BaseException | None:
-        """Run everything due, in order (``assigned_only``: only the assignments at the head of the queue); return the
-        first exception a callback raised, for the caller to raise once everything due has run."""
+    def run_due(self, *, announcements_only: bool = False) -> BaseException | None:
+        """Run everything due, in order (``announcements_only``: up to the first parked stop); return the first
+        exception a callback raised, for the caller to raise once everything due has run."""
         failure: BaseException | None = None
-        while (item := self.c.handoff.next_due(assigned_only=assigned_only)) is not None:
+        while (item := self.c.handoff.next_due(announcements_only=announcements_only)) is not None:
             raised = self._finish(item) if isinstance(item, ParkedStop) else self._announce(item)
             failure = failure or raised
         return failure
@@ -92,14 +94,14 @@ class AppSide:
                 log.info("consumer %s: auto-commit before the revoke: %s", self.c.consumer_id, e)
                 leftover = dict(stop.positions)
         failure = None
-        if self.on_revoked is not None and (stop.eager or stop.partitions):
-            self.revoking = dict(stop.positions)
-            try:
+        try:
+            if self.on_revoked is not None and (stop.eager or stop.partitions):
+                self.revoking = dict(stop.positions)
                 failure = self._call(self.on_revoked, list(stop.partitions))
-            finally:
-                self.revoking = {}
-        fault_point("consumer.after_revoke", self.c.journal)
-        self.c.events.put(("revoke-done", (stop, leftover)))
+            fault_point("consumer.after_revoke", self.c.journal)
+        finally:  # whatever happens here (even a KeyboardInterrupt), the stop is handed back: it must be finished
+            self.revoking = {}
+            self.c.events.put(("revoke-done", (stop, leftover)))
         return failure
 
     def _announce(self, item: Announcement) -> BaseException | None:
@@ -112,10 +114,13 @@ class AppSide:
     def _call(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> BaseException | None:
         """Call one of the application's callbacks; return what it raised (raised again from ``poll()`` once the
         step is handed back), so that a failing callback never leaves a stop unfinished."""
+        self.calling = True
         try:
             callback(partitions)
         except Exception as e:  # noqa: BLE001 -- the application's own code: handed back, raised from poll()
             return e
+        finally:
+            self.calling = False
         return None
 
 

@@ -82,9 +82,11 @@ def register_again(handler: HandlerState, why: str) -> None:
     if handler.parked is not None:  # a stop for the registration that ended: not finished, its partitions lost too
         revoked.update(c.handoff.cancel(handler.parked))
         handler.parked = None
-    handler.commits.stopped(handler.policy_positions(c.fetcher.revoke(f"registration {why}")), lost=False)
-    # What a fenced commit left uncommitted may be consumed again by the next owner (at least once, as after a
-    # session loss): say so, as a session loss does.
+    c.fetcher.revoke(f"registration {why}")
+    handler.commits.stopped({}, lost=False)  # only what an earlier stop left unsettled (fenced by the owner znodes)
+    # Nothing else is committed: the coordinator may have given the partitions away already, and the application
+    # may still be working on what poll() returned (Kafka's "lost", not "revoked").  What it had not committed may
+    # be consumed again by the next owner (at least once, as after a session loss): say so, as a session loss does.
     c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
     handler.release_all(sorted(revoked), Change.LOST)
     try:
@@ -133,9 +135,10 @@ def _journal(handler: HandlerState, reason: str) -> None:
     log.warning("consumer %s: registration repaired: %s", c.consumer_id, reason)
 
 
-def delete_own(c: ConsumerCore) -> bool:
-    """Delete our member znode -- only our own: not a registration another process made at our id while we were not
-    registered; True if it is gone now (deleted, or gone with its session already).
+def delete_own(c: ConsumerCore, incarnation: int | None = None) -> bool:
+    """Delete our member znode (``incarnation``: that registration of ours, default the current one) -- only our own:
+    not a registration another process made at our id while we were not registered; True if it is gone now (deleted,
+    or gone with its session already).
 
     :raises ZkError: on I/O failure.
     """
@@ -143,7 +146,7 @@ def delete_own(c: ConsumerCore) -> bool:
     held = c.zk.exists(path)
     if held is None:
         return True
-    if held.ephemeralOwner != c.zk.session_id or held.czxid != c.incarnation:
+    if held.ephemeralOwner != c.zk.session_id or held.czxid != (c.incarnation if incarnation is None else incarnation):
         return False
     with contextlib.suppress(NoNodeError, BadVersionError):  # its session ended: gone with it
         c.zk.delete(path, held.version)

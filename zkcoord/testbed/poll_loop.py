@@ -6,18 +6,21 @@ A consumer's stop-fetcher is acknowledged only once the application's ``poll()``
 with the consumers paused (``Consumer.pause()``) it costs almost nothing and keeps the data plane idle; unpaused, it
 consumes, and keeps what it got when asked to.
 
-Threads: :meth:`add`, :meth:`remove` and :meth:`close` from any thread; the rebalance callbacks of the consumers run
-on the loop's thread.  :meth:`remove` waits for the round in progress, so that a consumer removed is never polled
-again and may be closed at once.
+Threads: :meth:`add`, :meth:`remove` and :meth:`close` from any thread but a callback's; the rebalance callbacks of
+the consumers run on the loop's thread.  :meth:`remove` waits for the round in progress, so that a consumer removed
+is never polled again and may be closed at once.  What a callback raises is logged and kept (:attr:`PollLoop.errors`),
+and the loop goes on: one failing consumer must not hold up the others' rebalances.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
 from types import TracebackType
 
 from zkcoord.consumer import Consumer, ConsumerRecord
+
+log = logging.getLogger(__name__)
 
 
 class PollLoop:
@@ -28,6 +31,8 @@ class PollLoop:
         self.records: list[ConsumerRecord] = []
         self.lock = threading.Lock()
         self._consumers: list[Consumer] = []
+        #: what the consumers' callbacks raised, in order
+        self.errors: list[Exception] = []
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -57,7 +62,13 @@ class PollLoop:
         while not self._ended.wait(self.every_s):
             with self.lock:
                 for consumer in self._consumers:
-                    with contextlib.suppress(RuntimeError):  # closed by its owner without being removed first
+                    try:
                         got = consumer.poll(0)
-                        if self.keep:
-                            self.records.extend(got)
+                    except RuntimeError:  # closed by its owner without being removed first
+                        continue
+                    except Exception as e:  # a callback's: kept for whoever runs the loop, and the loop goes on
+                        log.exception("%s: a rebalance callback of %s failed", self._thread.name, consumer.consumer_id)
+                        self.errors.append(e)
+                        continue
+                    if self.keep:
+                        self.records.extend(got)
