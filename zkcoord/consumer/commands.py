@@ -9,16 +9,18 @@ Commands (``docs/protocol.md``) are applied in sequence-number order and deleted
 * refused, but still acknowledged, when malformed, addressed to another group or to a registration not our current
   one, older than the newest ``(epoch, generation)`` seen (S5, S7), or not written by a coordinator
   (:mod:`zkcoord.consumer.inbox` judges each one) -- the reason is journalled (``command.rejected``);
-* ``stop-fetcher``: stop every fetcher (synchronously), commit the consumed positions (S3), call
-  ``on_partitions_revoked``, then acknowledge; with a ``revoke`` list (an incremental rebalance) only those
-  partitions, the others go on being fetched;
-* ``start-fetcher``: read each partition's owner version and committed offset, seek, start fetching, call
-  ``on_partitions_assigned``, then acknowledge; an ``incremental`` one lists the whole new assignment, of which
+* ``stop-fetcher``: stop every fetcher (synchronously), then *park* the stop for the application
+  (:mod:`zkcoord.consumer.handoff`): its next ``poll()`` commits what the commit policy says and runs
+  ``on_partitions_revoked``, and only then (``revoke-done``) is the stop acknowledged, in one transaction with any
+  commit left to settle and a hand-over's owner znodes; with a ``revoke`` list (an incremental rebalance) only those
+  partitions, the others go on being fetched; no later command is applied while a stop is parked;
+* ``start-fetcher``: read each partition's owner version and committed offset, seek, announce the assignment (the
+  next ``poll()`` calls ``on_partitions_assigned``), start fetching, then acknowledge; an ``incremental`` one lists the whole new assignment, of which
   only the partitions not fetched already are started (and any fetched but not listed are stopped first)
   (:mod:`zkcoord.consumer.starting`).
 
 A hand-over (one-step incremental rebalance): a ``stop-fetcher`` with ``handover`` also sets each revoked
-partition's owner znode to its new thread, in the transaction that commits the offsets and acknowledges; a
+partition's owner znode to its new thread, in the transaction that acknowledges (after the application's callback); a
 ``start-fetcher`` with ``awaiting`` starts the other partitions at once and each awaited one when its owner znode
 names our thread (a one-shot watch on each brings an ``owner`` event), and is acknowledged when none is left.  A
 newer command arriving meanwhile supersedes it: the wait ends and it is acknowledged (the coordinator that sent the
@@ -26,7 +28,9 @@ newer one no longer waits for it), then the newer one is applied (the wait: :mod
 
 Session changes: SUSPENDED pauses fetching (the lease is void until the next acknowledged round trip); a new
 session after an expiry (LOST) drops the assignment without committing (the partitions may be someone else's by
-now), registers again and waits for commands.
+now), cancels a parked stop, announces the loss (``on_partitions_lost``), registers again and waits for commands.
+A poll interval exceeded (KIP-62, reported by the heartbeat thread) leaves the group the same way, but registers
+again only at the application's next ``poll()``.
 
 The pieces depend one way: this loop uses :class:`zkcoord.consumer.starting.Starter`, :mod:`zkcoord.consumer.inbox`
 and :mod:`zkcoord.consumer.registration`, which all act on :class:`zkcoord.consumer.handler_state.HandlerState` over
