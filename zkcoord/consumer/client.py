@@ -122,6 +122,7 @@ class Consumer:
         )
         self._user_wakeup = False
         self._polling = threading.Lock()
+        self._paused = False
         #: what a callback raised in a call that returned records: raised by the next call
         self._deferred: BaseException | None = None
         self._threads: list[threading.Thread] = []
@@ -308,7 +309,8 @@ class Consumer:
 
     def _poll(self, timeout: float) -> list[ConsumerRecord]:
         deadline = self.clock() + max(0.0, timeout)
-        self.core.handoff.entered_poll()
+        entered_at = self.fetcher.positions()
+        self.core.handoff.entered_poll(entered_at)
         if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
             self.core.handoff.rejoin_due = False
             self.core.events.put(("register", None))
@@ -320,7 +322,7 @@ class Consumer:
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
             # The positions as this call found them: what the application got from earlier calls, not what this
             # one is about to hand out.
-            self.core.events.put(("commit", self.fetcher.positions()))
+            self.core.events.put(("commit", entered_at))
             self._last_commit = self.clock()
         while True:
             self.core.handoff.waiting(True)
@@ -362,16 +364,14 @@ class Consumer:
         return self.fetcher.assignment()
 
     def pause(self) -> None:
-        """Stop fetching and handing out records (every partition, new ones too) until :meth:`resume`; :meth:`poll`
-        still runs the rebalance callbacks and keeps the poll interval, as Kafka's ``pause()`` does.  Records fetched
-        and not handed out are dropped (fetched again after :meth:`resume`).  Application thread."""
-        self.core.app_paused = True
-        self.fetcher.pause("paused by the application")
+        """Stop reading and handing out records (every partition, new ones too) until :meth:`resume`: the fetcher's
+        gate shuts, as when the lease runs out, and fetching goes on being started and stopped by rebalances;
+        :meth:`poll` still runs the rebalance callbacks and keeps the poll interval, as Kafka's ``pause()`` does.  Any
+        thread."""
+        self._paused = True
 
     def resume(self) -> None:
-        """Fetch again (the lease still gates every read and every record handed out, S6).  Application thread."""
-        self.core.app_paused = False
-        self.fetcher.resume()
+        self._paused = False
 
     def wakeup(self) -> None:
         """Make a blocked :meth:`poll` return now, with nothing.  Any thread."""
@@ -399,8 +399,11 @@ class Consumer:
 
     def _may_deliver(self) -> bool:
         """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
-        the fetcher threads before each read.  Shut for good once :meth:`close` began."""
-        return not self._closing.is_set() and (self.config.unsafe_no_fencing or self.lease.valid())
+        the fetcher threads before each read.  Shut while :meth:`pause` holds, and for good once :meth:`close`
+        began."""
+        if self._closing.is_set() or self._paused:
+            return False
+        return self.config.unsafe_no_fencing or self.lease.valid()
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
         """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment

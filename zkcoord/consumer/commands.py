@@ -15,9 +15,9 @@ Commands (``docs/protocol.md``) are applied in sequence-number order and deleted
   commit left to settle and a hand-over's owner znodes; with a ``revoke`` list (an incremental rebalance) only those
   partitions, the others go on being fetched; no later command is applied while a stop is parked;
 * ``start-fetcher``: read each partition's owner version and committed offset, seek, announce the assignment (the
-  next ``poll()`` calls ``on_partitions_assigned``), start fetching, then acknowledge; an ``incremental`` one lists the whole new assignment, of which
-  only the partitions not fetched already are started (and any fetched but not listed are stopped first)
-  (:mod:`zkcoord.consumer.starting`).
+  next ``poll()`` calls ``on_partitions_assigned``), start fetching, then acknowledge; an ``incremental`` one lists
+  the whole new assignment, of which only the partitions not fetched already are started (and any fetched but not
+  listed are stopped first) (:mod:`zkcoord.consumer.starting`).
 
 A hand-over (one-step incremental rebalance): a ``stop-fetcher`` with ``handover`` also sets each revoked
 partition's owner znode to its new thread, in the transaction that acknowledges (after the application's callback); a
@@ -140,7 +140,7 @@ class CommandHandler:
                 "lease.expired", group=self.c.config.group, consumer=self.c.consumer_id, deadline_ms=arg
             )
         elif kind == "lease-renewed":
-            if not self.state.lost and not self.c.app_paused:
+            if not self.state.lost:
                 self.c.fetcher.resume()
         elif kind == "commit" and isinstance(arg, dict):  # poll()'s auto-commit: positions as it was entered
             self.state.commits.quietly(arg)

@@ -75,8 +75,6 @@ class ConsumerCore:
         self.closing = threading.Event()
         #: what the command thread leaves for the application's thread (parked stops, announcements)
         self.handoff = Handoff(clock, wake=fetcher.wakeup)
-        #: the application paused fetching (``Consumer.pause()``): a renewed lease does not resume it
-        self.app_paused = False
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
         self.bridge: MigrationBridge | None = None
         if config.migrating:

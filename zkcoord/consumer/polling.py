@@ -87,7 +87,8 @@ class AppSide:
         leftover: dict[TopicPartition, int] = {}
         if self.c.config.auto_commit and stop.positions:
             try:
-                self.commits.commit(stop.positions)
+                # final: written even if unchanged, should its offset znode be gone (the next owner starts there)
+                self.commits.commit(stop.positions, final=True)
             except OffsetCommitFencedError as e:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
             except ZkError as e:  # not landed: the stop's own transaction commits them

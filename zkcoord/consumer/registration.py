@@ -82,11 +82,13 @@ def register_again(handler: HandlerState, why: str) -> None:
     if handler.parked is not None:  # a stop for the registration that ended: not finished, its partitions lost too
         revoked.update(c.handoff.cancel(handler.parked))
         handler.parked = None
-    c.fetcher.revoke(f"registration {why}")
-    handler.commits.stopped({}, lost=False)  # only what an earlier stop left unsettled (fenced by the owner znodes)
-    # Nothing else is committed: the coordinator may have given the partitions away already, and the application
-    # may still be working on what poll() returned (Kafka's "lost", not "revoked").  What it had not committed may
-    # be consumed again by the next owner (at least once, as after a session loss): say so, as a session loss does.
+    positions = c.fetcher.revoke(f"registration {why}")
+    # With auto-commit on, what the application has finished (not a batch it may still be working on: S3); with it
+    # off, nothing.  Fenced by the owner znodes: a partition the coordinator gave away already is not moved.  What is
+    # left uncommitted may be consumed again by the next owner (at least once, as after a session loss): say so, as
+    # a session loss does.
+    finished = c.handoff.finished(positions) if c.config.auto_commit else {}
+    handler.commits.stopped(finished, lost=False)
     c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
     handler.release_all(sorted(revoked), Change.LOST)
     try:
