@@ -35,8 +35,10 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
+# Two workers (the machine's two cores; most tests wait on sessions and processes, not the CPU); every test that
+# starts Spark runs on one of them (tests/conftest.py groups them).
 pytest: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 test: lint typecheck pytest
 
