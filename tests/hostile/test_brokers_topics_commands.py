@@ -26,7 +26,7 @@ import pytest
 from tests.ledger import Ledger
 from zkcoord.data.producer import ProduceConfig, Producer
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.errors import ZkCoordError
+from zkcoord.errors import NotEmptyError, ZkCoordError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
@@ -190,7 +190,14 @@ def test_a_persistent_fake_broker_id_is_not_taken_for_a_live_broker(hc: Hostile)
 
 
 def test_brokers_ids_deleted_recursively_every_broker_registers_again(hc: Hostile) -> None:
-    hc.zk.delete(paths.BROKER_IDS, recursive=True)
+    def deleted() -> bool:  # as an operator's deleteall, again while the brokers register again under it
+        try:
+            hc.zk.delete(paths.BROKER_IDS, recursive=True)
+        except NotEmptyError:
+            return False
+        return True
+
+    wait_until(deleted, 10, "/brokers/ids deleted")
     wait_until(lambda: _registered(hc, 1) and _registered(hc, 2), DEADLINE, "both brokers registered again")
     assert hc.admin.live_brokers() == [1, 2]
     before = hc.settled().generation
