@@ -385,7 +385,11 @@ class CommandHandler:
         if self.state.parked is not stop:
             return
         if self.c.zk.session_id != self.c.registered_session:
-            return  # our session ended: the loss, handled next, cancels the stop (nothing is written for it)
+            # Not connected in our session right now (a ZooKeeper restart: kazoo reports no session while it
+            # reconnects), or it ended (then the loss, handled next, cancels the stop and this finds it gone): look
+            # again shortly, never drop it -- a parked stop left unfinished would block every later command.
+            self.c.redeliver_later(("revoke-done", (stop, leftover)))
+            return
         self.state.finish_stop(stop, leftover)
         self.c.events.put(("channel", None))
 

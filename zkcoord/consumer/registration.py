@@ -83,12 +83,12 @@ def register_again(handler: HandlerState, why: str) -> None:
         revoked.update(c.handoff.cancel(handler.parked))
         handler.parked = None
     positions = c.fetcher.revoke(f"registration {why}")
-    # With auto-commit on, what the application has finished (not a batch it may still be working on: S3); with it
-    # off, nothing.  Fenced by the owner znodes: a partition the coordinator gave away already is not moved.  What is
-    # left uncommitted may be consumed again by the next owner (at least once, as after a session loss): say so, as
+    # With auto-commit on, what poll() returned (Kafka's auto-commit contract: the application's; a crash in the
+    # middle of the batch it is on would lose that batch, a trade kept on this hostile path for no duplicates); with
+    # it off, nothing.  Fenced by the owner znodes: a partition the coordinator gave away already is not moved.  What
+    # is left uncommitted may be consumed again by the next owner (at least once, as after a session loss): say so, as
     # a session loss does.
-    finished = c.handoff.finished(positions) if c.config.auto_commit else {}
-    handler.commits.stopped(finished, lost=False)
+    handler.commits.stopped(dict(positions) if c.config.auto_commit else {}, lost=False)
     c.journal.emit("consumer.fenced", group=c.config.group, consumer=c.consumer_id, reason=f"registration {why}")
     handler.release_all(sorted(revoked), Change.LOST)
     try:
