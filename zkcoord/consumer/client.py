@@ -310,7 +310,7 @@ class Consumer:
     def _poll(self, timeout: float) -> list[ConsumerRecord]:
         deadline = self.clock() + max(0.0, timeout)
         entered_at = self.fetcher.positions()
-        self.core.handoff.entered_poll(entered_at)
+        self.core.handoff.entered_poll()
         if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
             self.core.handoff.rejoin_due = False
             self.core.events.put(("register", None))

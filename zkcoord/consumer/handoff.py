@@ -85,8 +85,6 @@ class Handoff:
     #: when ``poll()`` was last entered or stopped waiting for data; whether it waits for data now
     _poll_mark: float | None = None
     _waiting: bool = False
-    #: the positions as the application last entered ``poll()``: under auto-commit, what it has finished
-    _entry_positions: dict[TopicPartition, int] = field(default_factory=dict)
     #: the member left the group for exceeding its poll interval: the next ``poll()`` asks to register again
     rejoin_due: bool = False
 
@@ -155,22 +153,9 @@ class Handoff:
             woken, self._woken = self._woken, False
             return woken
 
-    def entered_poll(self, positions: dict[TopicPartition, int] | None = None) -> None:
-        """``poll()`` was entered, with the fetcher's ``positions`` then (what the application got before: under
-        Kafka's auto-commit contract, finished once it polls again)."""
+    def entered_poll(self) -> None:
         with self._lock:
             self._poll_mark = self.clock()
-            if positions is not None:
-                self._entry_positions = positions
-
-    def finished(self, current: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Of ``current`` (the fetcher's positions now), what the application has finished under the auto-commit
-        contract: all of it while ``poll()`` waits for records (everything returned before was finished), else the
-        positions as it last entered ``poll()`` (it may be in the middle of the batch returned since)."""
-        with self._lock:
-            if self._waiting:
-                return dict(current)
-            return {tp: off for tp, off in self._entry_positions.items() if tp in current}
 
     def waiting(self, now_waiting: bool) -> None:
         """``poll()`` starts (True) or stops (False) waiting for data: time spent waiting is not time away."""
