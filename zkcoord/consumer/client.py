@@ -309,7 +309,6 @@ class Consumer:
 
     def _poll(self, timeout: float) -> list[ConsumerRecord]:
         deadline = self.clock() + max(0.0, timeout)
-        entered_at = self.fetcher.positions()
         self.core.handoff.entered_poll()
         if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
             self.core.handoff.rejoin_due = False
@@ -322,7 +321,7 @@ class Consumer:
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
             # The positions as this call found them: what the application got from earlier calls, not what this
             # one is about to hand out.
-            self.core.events.put(("commit", entered_at))
+            self.core.events.put(("commit", self.fetcher.positions()))
             self._last_commit = self.clock()
         while True:
             self.core.handoff.waiting(True)
