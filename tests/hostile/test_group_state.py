@@ -70,13 +70,16 @@ def _balanced(run: Run, members: int, partitions: int) -> bool:
     return len(owners) == partitions and all(owners.count(m) == partitions // members for m in state.members)
 
 
-def _check_clean(run: Run, produced: int) -> Ledger:
-    """S3 within a deadline, then S2 and S4 (no consumer crashed, so no duplicate at all)."""
+def _check_clean(run: Run, produced: int, *, fenced_tails: bool = False) -> Ledger:
+    """S3 within a deadline, then S2 and S4: no consumer crashed, so no duplicate at all -- except, with
+    ``fenced_tails``, what a member whose registration was deleted under it had consumed and not committed (the bound
+    docs/protocol.md states: to the coordinator it was gone, as after a session loss)."""
     ledger = run.wait_consumed_all(GROUP, {TOPIC}, timeout=60)
     assert ledger.total_produced({TOPIC}) == produced
     assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
-    dups = {tp: len(offsets) for tp, offsets in ledger.duplicates().items()}
-    assert dups == {}, f"S4: offsets consumed twice with no crash: {dups}"
+    tails = uncommitted_tails(run.journal, GROUP) if fenced_tails else {}
+    dups = {tp: len(o - tails.get(tp, set())) for tp, o in ledger.duplicates().items() if o - tails.get(tp, set())}
+    assert dups == {}, f"S4: offsets consumed twice with no crash (beyond a fenced member's uncommitted tail): {dups}"
     return ledger
 
 
@@ -199,7 +202,9 @@ def test_a_subtree_deleted_under_a_running_group_then_a_join_keeps_s2_s3_s4(run:
     _produce(run, 300)
     wait_until(lambda: _balanced(run, 3, 3), 30, "the group balanced over its three members")
     _produce(run, 300)
-    _check_clean(run, 900)
+    # Deleting ids deletes every registration under its live session: each member stops and registers again, and
+    # the coordinator may move its partitions before its last commit lands (the bound docs/protocol.md states).
+    _check_clean(run, 900, fenced_tails=subtree == "ids")
     stale = [e["reason"] for e in _events(run, "command.rejected") if "stale" in str(e["reason"])]
     assert stale == [], "S5: a command of the current coordinator was refused as stale"
 
