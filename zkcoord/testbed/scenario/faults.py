@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import random
 import signal
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.runtime.faults import arm
+from zkcoord.runtime.journal import decode_line
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_INCOMPLETE, hard_bound
 from zkcoord.testbed.procs import ProcessError, wait_until
-from zkcoord.testbed.scenario.cluster import Member, RunCluster
+from zkcoord.testbed.scenario.cluster import Member, RunCluster, Workload
 from zkcoord.zkserver.util import is_stopped
 
 Say = Callable[[str], None]
@@ -118,9 +120,32 @@ def consumer_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"killed consumer {member.proc.pid}"
 
 
-#: the application of ``consumer-kill-after-revoke``: commits only what it finished, and is slower (25 records/s) than
-#: the records arrive on its partitions, so it is in the middle of a batch when the stop comes
-SLOW_APP = ("--no-auto-commit", "--work-ms", "40", "--max-poll-records", "50")
+#: the batch the application of ``consumer-kill-after-revoke`` asks ``poll()`` for
+SLOW_BATCH = 20
+
+
+def slow_app(workload: Workload) -> tuple[str, ...]:
+    """The application of ``consumer-kill-after-revoke``: it commits only what it finished, and works at half the
+    rate records arrive on one partition of the static topic, so a backlog builds on whatever it owns and each
+    ``poll()`` returns a full batch it takes seconds to finish.  Then it is in the middle of a batch at any moment
+    but the instant of a ``poll()`` -- where the stop lands in the unsafe contrast, and where the kill must find it
+    for the contrast to show the loss every time, not by luck."""
+    per_partition = workload.rate / workload.static_partitions  # records/s arriving on one partition
+    work_ms = max(1, round(2 * 1000 / per_partition))
+    return ("--no-auto-commit", "--work-ms", str(work_ms), "--max-poll-records", str(SLOW_BATCH))
+
+
+def _full_batch(cluster: RunCluster, pid: int) -> bool:
+    """The consumer ``pid``'s ``poll()`` has returned a full batch (``records.consumed`` of one call, which share
+    their ``at_ms``, add up to :data:`SLOW_BATCH`): its application is behind its partitions."""
+    calls: Counter[int] = Counter()
+    for path in cluster.journal_dir.glob(f"*.{pid}.jsonl"):
+        with path.open("rb") as lines:
+            for line in lines:
+                e = decode_line(line)
+                if e is not None and e.get("ev") == "records.consumed" and isinstance(e.get("count"), int):
+                    calls[e.get("at_ms", 0)] += e["count"]
+    return any(n >= SLOW_BATCH for n in calls.values())
 
 
 def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say) -> str:
@@ -137,9 +162,10 @@ def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say
     # An id that sorts before every Kafka-form id (<group>_<host>-...): the range assignor gives the first threads
     # their partitions, so the slow member owns some however many members joined before it.
     slow_id = f"{group}_-slow-{len(cluster.members)}"
-    victim = cluster.start_consumer(group, extra=(*SLOW_APP, "--consumer-id", slow_id))
+    victim = cluster.start_consumer(group, extra=(*slow_app(cluster.workload), "--consumer-id", slow_id))
     wait_until(lambda: cluster.stable(group, before + 1), 40, f"{group} stable with the slow member")
     wait_until(lambda: cluster.owns(group, slow_id), 20, "the slow member to own partitions")
+    wait_until(lambda: _full_batch(cluster, victim.proc.pid), 40, "the slow member's application to fall behind")
     arm(cluster.fault_dir, victim.proc.pid, "consumer.after_revoke", "kill")
     joiner = cluster.start_consumer(group)  # an eager rebalance revokes everything from everyone
     wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
