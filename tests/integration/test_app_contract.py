@@ -107,7 +107,8 @@ def test_a_stop_is_acknowledged_only_after_the_revoke_callback_returned(cluster:
         assert entered.wait(20), "the revoke callback never ran"
         channel = paths.channel("g", first.consumer_id)
         # The callback is still running: the stop waits in the channel, and nobody fetches the partitions.
-        wait_until(lambda: first.assignment() == {}, 5, "the first stopped fetching")
+        wait_until(lambda: first.fetcher.assignment() == {}, 5, "the first stopped fetching")
+        assert sorted(first.assignment()) == [P0, P1], "inside the revoke callback the partitions are still its own"
         parked = cluster.admin_zk.get_children(channel)
         assert parked, "the stop was acknowledged while the application's revoke callback still ran"
         assert second.assignment() == {} and not cluster.is_stable("g", 2)

@@ -360,7 +360,9 @@ class Consumer:
         return self.handler.commit(positions)
 
     def assignment(self) -> dict[TopicPartition, str]:
-        return self.fetcher.assignment()
+        """Partition -> the thread that owns it: those fetched, and those of a stop whose ``on_partitions_revoked``
+        has not returned yet (still ours: Kafka's ``assignment()`` keeps them until then too).  Any thread."""
+        return {**self.core.handoff.parked_threads(), **self.app.revoking_threads, **self.fetcher.assignment()}
 
     def pause(self) -> None:
         """Stop reading and handing out records (every partition, new ones too) until :meth:`resume`: the fetcher's

@@ -141,12 +141,13 @@ class HandlerState:
         """
         c = self.c
         eager = tps is None
+        owned = c.fetcher.assignment()
         if eager:
             self.stop_received_at = c.clock()
-            stopping = sorted(c.fetcher.assignment())
+            stopping = sorted(owned)
             positions = c.fetcher.revoke("stop-fetcher")
         else:
-            stopping = sorted(tp for tp in c.fetcher.assignment() if tp in (tps or set()))
+            stopping = sorted(tp for tp in owned if tp in (tps or set()))
             positions = c.fetcher.revoke_some(stopping, "stop-fetcher") if stopping else {}
         revoked = sorted({*stopping, *self.commits.unsettled})  # with any a failed commit left (this stop, redelivered)
         handover = {
@@ -155,6 +156,7 @@ class HandlerState:
         if not eager and not revoked and not handover:
             return False
         stop = ParkedStop(name, path, command, revoked, positions, handover, eager, c.clock())
+        stop.threads.update((tp, owned[tp]) for tp in stopping)
         if c.config.unsafe_no_fencing or (not eager and not revoked):
             self.finish_stop(stop, positions)
             if revoked:

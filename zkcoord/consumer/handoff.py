@@ -44,6 +44,8 @@ class ParkedStop:
     eager: bool
     #: when the command thread parked it (its clock)
     parked_at: float
+    #: partition -> the thread that fetched it (``Consumer.assignment()`` shows it until the callback returned)
+    threads: dict[TopicPartition, str] = field(default_factory=dict)
     #: the application's thread has taken it (its callback runs or ran): a loss no longer announces its partitions
     taken: bool = False
     #: the session ended before it was finished: the application hears a loss instead
@@ -141,6 +143,15 @@ class Handoff:
             for item in self._due:
                 if isinstance(item, ParkedStop) and not item.cancelled:
                     out.update(item.positions)
+            return out
+
+    def parked_threads(self) -> dict[TopicPartition, str]:
+        """The partitions of the stops waiting for the application, with the thread that fetched each."""
+        with self._lock:
+            out: dict[TopicPartition, str] = {}
+            for item in self._due:
+                if isinstance(item, ParkedStop) and not item.cancelled:
+                    out.update(item.threads)
             return out
 
     def pending(self) -> bool:

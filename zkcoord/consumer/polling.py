@@ -56,6 +56,8 @@ class AppSide:
         self.on_lost = on_lost if on_lost is not None else on_revoked
         #: positions of the partitions being revoked while their callback runs (``commit()`` commits them too)
         self.revoking: dict[TopicPartition, int] = {}
+        #: the same partitions with the thread that fetched each (``assignment()`` shows them until it returned)
+        self.revoking_threads: dict[TopicPartition, str] = {}
         #: a callback of the application runs now (``close()`` from inside one is refused)
         self.calling = False
 
@@ -97,11 +99,11 @@ class AppSide:
         failure = None
         try:
             if self.on_revoked is not None and (stop.eager or stop.partitions):
-                self.revoking = dict(stop.positions)
+                self.revoking, self.revoking_threads = dict(stop.positions), dict(stop.threads)
                 failure = self._call(self.on_revoked, list(stop.partitions))
             fault_point("consumer.after_revoke", self.c.journal)
         finally:  # whatever happens here (even a KeyboardInterrupt), the stop is handed back: it must be finished
-            self.revoking = {}
+            self.revoking, self.revoking_threads = {}, {}
             self.c.events.put(("revoke-done", (stop, leftover)))
         return failure
 
