@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.test_consumer import make
 from tests.integration.test_coordinator import Cluster
-from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.consumer import Consumer
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.runtime.journal import Journal, JournalEvent
+from zkcoord.runtime.journal import JournalEvent
 from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
@@ -28,15 +29,7 @@ def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def _consumer(cluster: Cluster, data: Path, stack: ExitStack, rebalance: str) -> Consumer:
-    config = ConsumerConfig(
-        group="g",
-        subscription=Subscription.static({"t": 1}),
-        zk=cluster.hosts,
-        data_dir=data,
-        session_timeout_s=4.0,
-        rebalance="incremental" if rebalance == "incremental" else "eager",
-    )
-    consumer = stack.enter_context(Consumer(config, journal=Journal(cluster.journal_dir, "consumer")))
+    consumer = make(cluster, data, stack, rebalance=rebalance)
     loop = stack.enter_context(PollLoop())  # its application: a stop waits for the application's poll()
     loop.add(consumer)
     stack.callback(loop.remove, consumer)
