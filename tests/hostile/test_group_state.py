@@ -159,9 +159,12 @@ def test_the_coordinator_stops_an_unreadable_member_first_and_gives_it_its_share
         assert a.partitions() == set()
         # a held both partitions: the successor stopped it (and gave it nothing) before any of them moved; once it
         # held nothing it was left out of later rebalances (a registration holding nothing blocks nobody).
-        stops = [c.generation for c in a.commands(CommandOption.STOP_FETCHER) if c.epoch == state.epoch]
-        starts = [c.generation for c in b.commands(CommandOption.START_FETCHER) if c.epoch == state.epoch]
-        assert stops and starts and min(stops) < min(starts), "b was started before a was stopped"
+        # A stop and a start may share a generation (its stop step comes first): order by when the coordinator
+        # saw a's stop acknowledged and sent b's first start, on one clock.
+        stopped = cluster.events("command.acked", consumer=a.consumer_id, option="stop-fetcher", epoch=state.epoch)
+        started = cluster.events("command.sent", consumer=b.consumer_id, option="start-fetcher", epoch=state.epoch)
+        assert stopped, f"a was never stopped in epoch {state.epoch}: {a.commands(CommandOption.STOP_FETCHER)}"
+        assert started and min(e.mono_ns for e in stopped) < min(e.mono_ns for e in started), "b started first"
         assert not [c for c in a.commands(CommandOption.START_FETCHER) if c.epoch == state.epoch and c.ownership]
         assert cluster.events("member.unreadable", consumer=a.consumer_id)
         cluster.admin_zk.set(path, good)  # repaired: seen through the watch on the unreadable registration
