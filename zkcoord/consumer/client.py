@@ -44,14 +44,14 @@ from zkcoord.consumer.config import ConsumerConfig, new_consumer_id
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.handler_state import Rebalance
-from zkcoord.consumer.lease import Lease, lease_duration
+from zkcoord.consumer.lease import Lease, lease_duration, wall_ms_at
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.polling import AppSide, PartitionsCallback, journal_consumed
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
-from zkcoord.consumer.registration import delete_own
+from zkcoord.consumer.registration import delete_own, register_first
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
-from zkcoord.errors import ConsumerIdInUseError, ZkError
+from zkcoord.errors import ZkError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import DEREGISTER, SESSION, StopBudget, StopReport
@@ -122,6 +122,7 @@ class Consumer:
         )
         self._user_wakeup = False
         self._polling = threading.Lock()
+        self._poller = 0  # the thread that last entered poll()
         self._paused = False
         #: what a callback raised in a call that returned records: raised by the next call
         self._deferred: BaseException | None = None
@@ -154,7 +155,7 @@ class Consumer:
         self.lease.renew(sent)
         self.zk.add_listener(self._on_state)
         self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
-        self._register_first()
+        register_first(self.core)
         self.fetcher.start()
         for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):
             thread = threading.Thread(target=target, name=f"{name}-{self.consumer_id[-8:]}", daemon=True)
@@ -192,10 +193,13 @@ class Consumer:
         does, and return what could not be done (journalled as ``shutdown.incomplete`` too).  Idempotent: a second
         call reports nothing.  Application thread; blocks until ``budget.session`` at most.
 
-        In order: nothing is read or handed out any more (at once); on the command thread, after the step it is in:
-        commit what ``poll`` returned (S3; skipped while the lease is void), release the partitions (a migrating
-        consumer's 0.8 owner znodes too), call ``on_partitions_revoked``; delete the member znode (and the 0.8
-        registration); close the session.  ZooKeeper calls end by ``budget.zookeeper``.  The report says what the
+        In order: nothing is read or handed out any more (at once); a ``poll()`` running on another thread is woken
+        and waited for; a stop parked for the application is finished (its ``on_partitions_revoked`` runs on this
+        thread); on the command thread, after the step it is in: with auto-commit on, commit what ``poll`` returned
+        (S3; skipped while the lease is void; with it off nothing is committed but what the application commits), stop
+        fetching; ``on_partitions_revoked`` on this thread while the claims still hold; release the partitions (a
+        migrating consumer's 0.8 owner znodes too); delete the member znode (and the 0.8 registration); close the
+        session.  ZooKeeper calls end by ``budget.zookeeper``.  The report says what the
         final commit did (:class:`zkcoord.consumer.commits.FinalCommit`): skipped (``commit``) means those records are
         delivered again to the partitions' next owner; sent but unanswered (``commit-unknown``) that they may be,
         as the commit may still land; a member znode left stays until the
@@ -211,12 +215,25 @@ class Consumer:
         self._closing.set()  # the fetcher's gate shuts (_may_deliver): nothing is read or handed out any more
         self.zk.bound(budget.zookeeper)
         self.fetcher.pause("closing")
+        # Closed from another thread than the one polling (a PollLoop's owner): make a poll() in progress return,
+        # and wait for it, so that no callback runs on two threads at once.
+        self.wakeup()
+        polled = self._polling.acquire(timeout=max(0.0, budget.zookeeper.remaining()))
+        try:
+            self._close_steps(report, budget)
+        finally:
+            if polled:
+                self._polling.release()
+        return report
+
+    def _close_steps(self, report: StopReport, budget: StopBudget) -> None:
+        """:meth:`close` once no ``poll()`` runs (or it would not return within the budget)."""
         self._finish_parked()
         final = FinalCommit()
         closing = Closing(report, final, budget.session)
         self.core.events.put(("close", closing))
         if closing.stopped.wait(budget.zookeeper.remaining()):
-            self.app.close(closing.positions)  # the claims still hold: a commit in the callback lands
+            self.app.close(closing.positions, closing.threads)  # the claims still hold: a commit in it lands
         closing.told.set()
         for thread in self._threads:
             # The command thread's calls end by budget.zookeeper; what it does after them (nothing but local work
@@ -235,7 +252,6 @@ class Consumer:
         if not self.zk.stop(timeout=budget.session.remaining()) and had_session:
             report.skip(SESSION, f"session {self.core.registered_session:#x} not closed")
         report.journal(self.journal, budget, group=self.config.group, consumer=self.consumer_id)
-        return report
 
     def _finish_parked(self) -> None:
         """``close()``: finish a stop the application has not polled for yet (its callback runs here); what is only
@@ -244,28 +260,6 @@ class Consumer:
         failure = self.app.run_due()
         if failure is not None:  # the stop goes on
             log.warning("consumer %s: on_partitions_revoked failed while closing: %r", self.consumer_id, failure)
-
-    def _register_first(self) -> None:
-        """Register at start.  A live registration at our id may be our own previous process's, killed before its
-        session expired: wait that session out (up to the session timeout and a half), woken by a watch on the
-        registration rather than by polling, before refusing.  Application thread.
-
-        :raises ConsumerIdInUseError: another live session still holds our id at the deadline.
-        :raises ZkError: on I/O failure.
-        """
-        path = paths.member(self.config.group, self.consumer_id)
-        deadline = self.clock() + self.config.session_timeout_s * 1.5
-        changed = threading.Event()  # set by a one-shot watch on the registration (a stale one only loops once more)
-        while True:
-            try:
-                self.core.register()
-            except ConsumerIdInUseError:
-                changed.clear()
-                held = self.zk.exists(path, watch=lambda _event: changed.set())
-                if held is not None and not changed.wait(max(0.0, deadline - self.clock())):
-                    raise
-            else:
-                return
 
     def _deregister(self, report: StopReport) -> None:
         """Delete our member znode, only our own (:func:`zkcoord.consumer.registration.delete_own`), and a migrating
@@ -301,7 +295,10 @@ class Consumer:
         :raises Exception: what a rebalance callback raised (the rebalance step went on).
         """
         if not self._polling.acquire(blocking=False):
+            if self.app.calling and self._poller == threading.get_ident():
+                raise RuntimeError("poll() called from inside a rebalance callback")
             raise RuntimeError("poll() called from two threads at once (one thread polls a consumer, as in Kafka)")
+        self._poller = threading.get_ident()
         try:
             return self._poll(timeout)
         finally:
@@ -310,14 +307,17 @@ class Consumer:
     def _poll(self, timeout: float) -> list[ConsumerRecord]:
         deadline = self.clock() + max(0.0, timeout)
         self.core.handoff.entered_poll()
-        if self.core.handoff.rejoin_due:  # we left for exceeding the poll interval: back now (after on_lost)
-            self.core.handoff.rejoin_due = False
-            self.core.events.put(("register", None))
-        if (failure := self._deferred) is not None:
-            self._deferred = None
-            raise failure
-        if (failure := self.app.run_due()) is not None:
-            raise failure
+        rejoin = self.core.handoff.rejoin_due  # we left for exceeding the poll interval: back now, after on_lost
+        self.core.handoff.rejoin_due = False
+        try:
+            if (failure := self._deferred) is not None:
+                self._deferred = None
+                raise failure
+            if (failure := self.app.run_due()) is not None:
+                raise failure
+        finally:
+            if rejoin:  # KIP-429: the lost partitions' callback has run before the member joins again
+                self.core.events.put(("register", None))
         if self.config.auto_commit and self.clock() - self._last_commit >= self.config.auto_commit_interval_s:
             # The positions as this call found them: what the application got from earlier calls, not what this
             # one is about to hand out.
@@ -339,10 +339,19 @@ class Consumer:
         if records:
             # an assignment that arrived while the records were taken: announced before they are returned
             failure = self.app.run_due(announcements_only=True)
+            if self.app.lost:  # records of partitions just announced lost are someone else's: dropped, as Kafka does
+                records = self._without_lost(records)
             self._delivered += len(records)
             journal_consumed(self.core, records, self._wall_ms_at(handed_at, up=False))
             self._deferred = failure  # raised by the next call: these records are the application's already
         return records
+
+    def _without_lost(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """``records`` less those of partitions announced lost by this call and not fetched again since (nothing of
+        theirs is committed: their next owner gets them from the last commit)."""
+        gone = self.app.lost - set(self.fetcher.assignment())
+        self.app.lost.clear()
+        return [r for r in records if TopicPartition(r.topic, r.partition) not in gone]
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """Commit synchronously: ``offsets`` (each the next offset to consume, as Kafka's ``commitSync(Map)``) or, by
@@ -356,7 +365,8 @@ class Consumer:
         if offsets is not None:
             positions = dict(offsets)
         else:  # partitions whose stop waits for this thread's next poll() are still ours: theirs too
-            positions = {**self.core.handoff.parked_positions(), **self.app.revoking, **self.fetcher.positions()}
+            with self.core.handoff.moving:
+                positions = {**self.core.handoff.parked_positions(), **self.app.revoking, **self.fetcher.positions()}
         return self.handler.commit(positions)
 
     def assignment(self) -> dict[TopicPartition, str]:
@@ -407,19 +417,7 @@ class Consumer:
         return self.config.unsafe_no_fencing or self.lease.valid()
 
     def _wall_ms_at(self, mono: float, *, up: bool) -> int:
-        """Wall-clock milliseconds at monotonic time ``mono``: rounded up for a lease deadline, down for a moment
-        records were handed out, so records handed out before the deadline are never journalled after it (S2's
-        check compares the two).  The offset between the clocks is taken from one wall-clock reading between two
-        monotonic ones (their midpoint; read again, up to 3 times, while the two are over 100 µs apart: a thread
-        switch between the readings would shift the result by its length)."""
-        for _ in range(3):
-            before = self.clock()
-            wall = self._wall_ns()
-            after = self.clock()
-            if after - before <= 100e-6:
-                break
-        ns = wall - round(((before + after) / 2 - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
-        return -(-ns // 1_000_000) if up else ns // 1_000_000
+        return wall_ms_at(mono, self.clock, self._wall_ns, up=up)
 
     def _heartbeat(self) -> None:
         """Renew the lease with acknowledged round trips; report its expiry and its recovery to the command thread.

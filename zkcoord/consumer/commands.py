@@ -143,7 +143,7 @@ class CommandHandler:
             if not self.state.lost:
                 self.c.fetcher.resume()
         elif kind == "commit" and isinstance(arg, dict):  # poll()'s auto-commit: positions as it was entered
-            self.state.commits.quietly(arg)
+            self.state.commits.quietly(self._still_current(arg))
         elif kind in ("revoke-done", "register", "poll-timeout"):
             self._on_application(kind, arg)
         elif kind == "legacy-claim":
@@ -164,6 +164,14 @@ class CommandHandler:
         elif kind == "poll-timeout" and isinstance(arg, float):
             self._leave_for_poll_interval(arg)
 
+    def _still_current(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Of an auto-commit queued by ``poll()``, what may still be written: only partitions fetched now (one stopped
+        since was committed further by its stop, in ``poll()`` before its callback or in the stop's transaction, and
+        this older event must not move it back), and never below what we committed under the current claim (an
+        auto-commit only moves forward; an application that wants to go back calls ``commit(offsets)``)."""
+        fetched, committed = self.c.fetcher.assignment(), self.c.offsets.committed()
+        return {tp: off for tp, off in positions.items() if tp in fetched and off >= committed.get(tp, -1)}
+
     def _on_own_znodes(self, kind: str, arg: object) -> None:
         """Our registration or channel changed, or a commit found partitions no longer ours: repair, or stop."""
         if kind == "registration":
@@ -180,9 +188,13 @@ class CommandHandler:
         goes into ``closing.commit``, what else fails into ``closing.report``; never raises."""
         report, final = closing.report, closing.commit
         stopped: dict[TopicPartition, int] = {}
-        if self.state.parked is not None:  # parked after close() looked: the closing thread tells the application
-            self.c.handoff.cancel(self.state.parked)
+        told: set[TopicPartition] = set()
+        if self.state.parked is not None:
+            # Parked after close() looked (the closing thread tells the application), or taken by it and its finish
+            # failed (no session, or the transaction): then its callback ran already, and must not run again.
+            untold = self.c.handoff.cancel(self.state.parked)
             stopped = dict(self.state.parked.positions)
+            told = set(stopped) - set(untold)
             self.state.parked = None
         positions = {**self.state.commits.unsettled, **stopped, **self.c.fetcher.positions()}
         pending = self.c.uncommitted(positions) if self.c.config.auto_commit else 0
@@ -200,7 +212,8 @@ class CommandHandler:
                 final.failed(e)
         if final.outcome != final.LANDED and pending:
             log.warning("consumer %s: closing, final commit %s: %s", self.c.consumer_id, final.outcome, final.why)
-        closing.positions.update(stopped)
+        closing.positions.update({tp: off for tp, off in stopped.items() if tp not in told})
+        closing.threads.update(self.c.fetcher.assignment())
         closing.positions.update(self.c.fetcher.revoke("closing"))
         closing.stopped.set()
         if closing.session is not None and not self.state.lost:
@@ -391,6 +404,11 @@ class CommandHandler:
             self.c.redeliver_later(("revoke-done", (stop, leftover)))
             return
         self.state.finish_stop(stop, leftover)
+        if not stop.eager and stop.partitions:
+            # An incremental member that lost partitions has completed its rebalance: it hears so with nothing new
+            # (a member that also gains hears its start later), as KIP-848's consumer calls onPartitionsAssigned
+            # after every reconciliation, even with nothing added.
+            self.c.handoff.announce(Change.ASSIGNED, [])
         self.c.events.put(("channel", None))
 
     # --- commits -------------------------------------------------------------------------------------------------

@@ -235,5 +235,7 @@ class Closing:
     #: set by the command thread once fetching stopped; ``positions`` then holds where ``poll()`` left each partition
     stopped: threading.Event = field(default_factory=threading.Event)
     positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: the thread that fetched each of them (``assignment()`` shows them while the closing callback runs)
+    threads: dict[TopicPartition, str] = field(default_factory=dict)
     #: set by the closing thread once the application heard (or it gave up waiting): the claims may go
     told: threading.Event = field(default_factory=threading.Event)

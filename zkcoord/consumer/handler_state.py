@@ -141,30 +141,38 @@ class HandlerState:
         """
         c = self.c
         eager = tps is None
-        owned = c.fetcher.assignment()
-        if eager:
-            self.stop_received_at = c.clock()
-            stopping = sorted(owned)
-            positions = c.fetcher.revoke("stop-fetcher")
-        else:
-            stopping = sorted(tp for tp in owned if tp in (tps or set()))
-            positions = c.fetcher.revoke_some(stopping, "stop-fetcher") if stopping else {}
-        revoked = sorted({*stopping, *self.commits.unsettled})  # with any a failed commit left (this stop, redelivered)
-        handover = {
-            TopicPartition(t, p): th for t, parts in (command.handover or {}).items() for p, th in parts.items()
-        }
-        if not eager and not revoked and not handover:
-            return False
-        stop = ParkedStop(name, path, command, revoked, positions, handover, eager, c.clock())
-        stop.threads.update((tp, owned[tp]) for tp in stopping)
-        if c.config.unsafe_no_fencing or (not eager and not revoked):
+        # Under the hand-off's lock, which commit() takes to read the fetcher's positions and the parked stops: a
+        # partition taken out of the fetcher here is parked before commit() can look, so it is always in one of them.
+        with c.handoff.moving:
+            owned = c.fetcher.assignment()
+            if eager:
+                self.stop_received_at = c.clock()
+                stopping = sorted(owned)
+                positions = c.fetcher.revoke("stop-fetcher")
+            else:
+                stopping = sorted(tp for tp in owned if tp in (tps or set()))
+                positions = c.fetcher.revoke_some(stopping, "stop-fetcher") if stopping else {}
+            revoked = sorted({*stopping, *self.commits.unsettled})  # with what a failed commit left (redelivered)
+            handover = {
+                TopicPartition(t, p): th for t, parts in (command.handover or {}).items() for p, th in parts.items()
+            }
+            if not eager and not revoked and not handover:
+                return False
+            stop = ParkedStop(name, path, command, revoked, positions, handover, eager, c.clock())
+            stop.threads.update((tp, owned[tp]) for tp in stopping)
+            parks = not (c.config.unsafe_no_fencing or (not eager and not revoked))
+            if parks:
+                self.parked = stop
+                c.handoff.park(stop)
+        if not parks:
             self.finish_stop(stop, positions)
             if revoked:
                 c.handoff.announce(Change.REVOKED, revoked)
+                if not eager:  # an incremental loser's rebalance is complete (see commands._on_revoke_done)
+                    c.handoff.announce(Change.ASSIGNED, [])
             if c.config.unsafe_no_fencing:  # where the revoke callback ran before issue 25: the contrast's fault
                 fault_point("consumer.after_revoke", c.journal)
             return True
-        self.parked = stop
         c.journal.emit(
             "command.parked",
             group=c.config.group,
@@ -174,7 +182,6 @@ class HandlerState:
             generation=command.generation,
             partitions=len(revoked),
         )
-        c.handoff.park(stop)
         return True
 
     def finish_stop(self, stop: ParkedStop, commit: dict[TopicPartition, int]) -> None:

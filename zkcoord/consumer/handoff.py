@@ -82,8 +82,9 @@ class Handoff:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _due: deque[Due] = field(default_factory=deque)
     _woken: bool = False
-    #: the stop whose callback the application's thread is running now (its positions count for ``commit()``)
-    running: ParkedStop | None = None
+    #: held by the command thread while it takes partitions out of the fetcher and parks them, and by ``commit()``
+    #: while it reads the fetcher's positions and the parked stops' (so a partition is always in one of the two)
+    moving: threading.Lock = field(default_factory=threading.Lock)
     #: when ``poll()`` was last entered or stopped waiting for data; whether it waits for data now
     _poll_mark: float | None = None
     _waiting: bool = False

@@ -146,3 +146,19 @@ class Lease:
 
     def __repr__(self) -> str:
         return f"<Lease {'valid' if self.valid() else 'expired'}, {self.remaining():.3f}s left>"
+
+
+def wall_ms_at(mono: float, clock: Callable[[], float], wall_ns: Callable[[], int], *, up: bool) -> int:
+    """Wall-clock milliseconds at ``clock`` time ``mono``: rounded up for a lease deadline, down for a moment records
+    were handed out, so records handed out before the deadline are never journalled after it (S2's check compares
+    the two).  The offset between the clocks is taken from one ``wall_ns`` reading between two ``clock`` ones (their
+    midpoint; read again, up to 3 times, while the two are over 100 µs apart: a thread switch between the readings
+    would shift the result by its length)."""
+    for _ in range(3):
+        before = clock()
+        wall = wall_ns()
+        after = clock()
+        if after - before <= 100e-6:
+            break
+    ns = wall - round(((before + after) / 2 - mono) * 1e9)  # integers: a float of ~1.8e18 ns is too coarse
+    return -(-ns // 1_000_000) if up else ns // 1_000_000

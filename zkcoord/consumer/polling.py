@@ -60,34 +60,37 @@ class AppSide:
         self.revoking_threads: dict[TopicPartition, str] = {}
         #: a callback of the application runs now (``close()`` from inside one is refused)
         self.calling = False
+        #: partitions announced lost since ``poll()`` last looked (their records taken before are dropped)
+        self.lost: set[TopicPartition] = set()
 
     def run_due(self, *, announcements_only: bool = False) -> BaseException | None:
         """Run everything due, in order (``announcements_only``: up to the first parked stop); return the first
         exception a callback raised, for the caller to raise once everything due has run."""
         failure: BaseException | None = None
+        self.lost.clear()
         while (item := self.c.handoff.next_due(announcements_only=announcements_only)) is not None:
             raised = self._finish(item) if isinstance(item, ParkedStop) else self._announce(item)
             failure = failure or raised
         return failure
 
-    def close(self, positions: dict[TopicPartition, int]) -> None:
+    def close(self, positions: dict[TopicPartition, int], threads: dict[TopicPartition, str]) -> None:
         """``close()``'s callback: fetching stopped at ``positions`` and the claims still hold.  A parked stop's
         partitions were told already (``close()`` runs :meth:`run_due` first).  What the callback raises is logged:
         the stop goes on."""
         revoked = sorted(positions)
         if revoked and self.on_revoked is not None:
-            self.revoking = dict(positions)
+            self.revoking, self.revoking_threads = dict(positions), dict(threads)
             try:
                 failure = self._call(self.on_revoked, revoked)
             finally:
-                self.revoking = {}
+                self.revoking, self.revoking_threads = {}, {}
             if failure is not None:
                 log.warning("consumer %s: on_partitions_revoked failed while closing: %r", self.c.consumer_id, failure)
 
     def _finish(self, stop: ParkedStop) -> BaseException | None:
         """A parked stop: auto-commit first (Kafka's order), then the callback; then hand it back."""
         leftover: dict[TopicPartition, int] = {}
-        if self.c.config.auto_commit and stop.positions:
+        if self.c.config.auto_commit and stop.positions and not stop.cancelled:
             try:
                 # final: written even if unchanged, should its offset znode be gone (the next owner starts there)
                 self.commits.commit(stop.positions, final=True)
@@ -98,9 +101,11 @@ class AppSide:
                 leftover = dict(stop.positions)
         failure = None
         try:
-            if self.on_revoked is not None and (stop.eager or stop.partitions):
+            # A stop cancelled since it was taken (the session ended): its partitions may be someone else's now.
+            callback = self.on_lost if stop.cancelled else self.on_revoked
+            if callback is not None and (stop.eager or stop.partitions):
                 self.revoking, self.revoking_threads = dict(stop.positions), dict(stop.threads)
-                failure = self._call(self.on_revoked, list(stop.partitions))
+                failure = self._call(callback, list(stop.partitions))
             fault_point("consumer.after_revoke", self.c.journal)
         finally:  # whatever happens here (even a KeyboardInterrupt), the stop is handed back: it must be finished
             self.revoking, self.revoking_threads = {}, {}
@@ -110,6 +115,8 @@ class AppSide:
     def _announce(self, item: Announcement) -> BaseException | None:
         callback = {Change.ASSIGNED: self.on_assigned, Change.REVOKED: self.on_revoked, Change.LOST: self.on_lost}
         chosen = callback[item.change]
+        if item.change is Change.LOST:
+            self.lost.update(item.partitions)
         if chosen is None or (not item.partitions and item.change is not Change.ASSIGNED):
             return None
         return self._call(chosen, list(item.partitions))

@@ -22,13 +22,15 @@ they changed:
   process: the two would take it from each other for ever);
 * a deleted channel is created again, and a channel created again (by us or anyone) is watched again.
 
-Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread.
+Each repair is journalled (``registration.repaired``).  Runs on the consumer's command thread -- but for
+:func:`register_first`, the registration at ``start()``, on the application's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState
@@ -153,3 +155,26 @@ def delete_own(c: ConsumerCore, incarnation: int | None = None) -> bool:
     with contextlib.suppress(NoNodeError, BadVersionError):  # its session ended: gone with it
         c.zk.delete(path, held.version)
     return True
+
+
+def register_first(c: ConsumerCore) -> None:
+    """Register at start.  A live registration at our id may be our own previous process's, killed before its session
+    expired: wait that session out (up to the session timeout and a half), woken by a watch on the registration rather
+    than by polling, before refusing.  Application thread (``start()``).
+
+    :raises ConsumerIdInUseError: another live session still holds our id at the deadline.
+    :raises ZkError: on I/O failure.
+    """
+    path = paths.member(c.config.group, c.consumer_id)
+    deadline = c.clock() + c.config.session_timeout_s * 1.5
+    changed = threading.Event()  # set by a one-shot watch on the registration (a stale one only loops once more)
+    while True:
+        try:
+            c.register()
+        except ConsumerIdInUseError:
+            changed.clear()
+            held = c.zk.exists(path, watch=lambda _event: changed.set())
+            if held is not None and not changed.wait(max(0.0, deadline - c.clock())):
+                raise
+        else:
+            return

@@ -63,9 +63,12 @@ class Starter:
             held = c.fetcher.assignment()
             self.s.revoke({tp for tp, thread in held.items() if ownership.get(tp) != thread}, "start-fetcher")
             ownership = {tp: thread for tp, thread in ownership.items() if held.get(tp) != thread}
-        elif c.fetcher.assignment():  # a start without a stop before it (only in unsafe mode): hand over first
-            self.s.commits.quietly(c.fetcher.revoke("start-fetcher"))
-            self.s.release()
+        elif c.fetcher.assignment():  # a start without a stop before it (only seen in unsafe mode)
+            if c.config.unsafe_no_fencing:  # the old order: commit what poll() returned, hand over
+                self.s.commits.quietly(c.fetcher.revoke("start-fetcher"))
+                self.s.release()
+            else:  # not expected: stopped and released as lost, nothing committed (the application's to commit)
+                self.s.revoke(set(c.fetcher.assignment()), "start-fetcher")
         awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
         now = {tp: thread for tp, thread in ownership.items() if tp not in awaiting}
