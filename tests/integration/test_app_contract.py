@@ -66,6 +66,14 @@ def _member(cluster: Cluster, data: Path, stack: ExitStack, heard: Heard, **kw: 
     )
 
 
+def _assigned_after_revoke(heard: Heard) -> list[TopicPartition] | None:
+    """What the first ``assigned`` call after the first non-empty ``revoked`` one gave, None if there is none yet."""
+    revoked = next((i for i, (which, p, _) in enumerate(heard.calls) if which == "revoked" and p), None)
+    if revoked is None:
+        return None
+    return next((p for which, p, _ in heard.calls[revoked + 1 :] if which == "assigned"), None)
+
+
 @pytest.mark.parametrize("rebalance", ["eager", "incremental"])
 def test_callbacks_run_inside_poll_on_the_polling_thread(cluster: Cluster, tmp_path: Path, rebalance: str) -> None:
     heard = [Heard(), Heard()]
@@ -77,6 +85,10 @@ def test_callbacks_run_inside_poll_on_the_polling_thread(cluster: Cluster, tmp_p
         one_each = polling(both, lambda: len(first.assignment()) == 1 and len(second.assignment()) == 1)
         wait_until(one_each, 20, "one partition each", interval=0)
         wait_until(polling(both, lambda: "assigned" in heard[1].kinds()), 10, "the second heard", interval=0)
+        # Every completed rebalance is announced: the first member, which lost a partition, hears its assignment
+        # after its revoke (eager: what it keeps; incremental: nothing new, [] -- KIP-848's order).
+        wait_until(polling(both, lambda: _assigned_after_revoke(heard[0]) is not None), 10, "the first", interval=0)
+        assert len(_assigned_after_revoke(heard[0]) or []) == (1 if rebalance == "eager" else 0), heard[0].calls
     me = threading.current_thread().name
     for h in heard:
         assert h.calls and {thread for _, _, thread in h.calls} == {me}, h.calls
@@ -284,3 +296,47 @@ def _offset(cluster: Cluster, tp: TopicPartition) -> bytes | None:
         return cluster.admin_zk.get(paths.offset("g", tp.topic, tp.partition))[0]
     except NoNodeError:
         return None
+
+
+def test_close_from_another_thread_waits_for_the_running_poll_and_its_callback(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A consumer polled by one thread (a PollLoop) and closed by another while a stop's revoke callback runs in
+    ``poll()``: ``close()`` waits for that ``poll()`` to return, so no two callbacks ever run at once and the stop's
+    partitions are told once."""
+    release, entered = threading.Event(), threading.Event()
+    running, overlapped = [0], [False]
+    told: list[list[TopicPartition]] = []
+    guard = threading.Lock()
+
+    def on_revoked(partitions: list[TopicPartition]) -> None:
+        with guard:
+            running[0] += 1
+            overlapped[0] = overlapped[0] or running[0] > 1
+        try:
+            if partitions:
+                told.append(partitions)
+                entered.set()
+                release.wait(10)
+        finally:
+            with guard:
+                running[0] -= 1
+
+    with ExitStack() as stack:
+        first = make(cluster, tmp_path / "data", stack, on_revoked=on_revoked, auto_commit=False)
+        loop = stack.enter_context(PollLoop())
+        loop.add(first)
+        wait_until(lambda: len(first.assignment()) == 2, 20, "first owns both")
+        make(cluster, tmp_path / "data", stack)  # a join: the first member's stop is parked, its callback blocks
+        assert entered.wait(20), "the revoke callback never ran"
+        closer = threading.Thread(target=first.close)
+        closer.start()
+        closer.join(0.5)
+        assert closer.is_alive(), "close() did not wait for the poll() running the callback"
+        release.set()
+        closer.join(20)
+        assert not closer.is_alive()
+        loop.remove(first)
+    assert not overlapped[0], "two rebalance callbacks ran at once"
+    # The stop's two partitions once; then at most close() revoking the one the rebalance gave back.
+    assert told[0] == [P0, P1] and len(told) <= 2 and all(len(t) == 1 for t in told[1:]), told

@@ -207,7 +207,7 @@ class Consumer:
         meanwhile: S2).
         """
         report = StopReport()
-        if self.app.calling:
+        if self.app.calling and self._poller == threading.get_ident():
             raise RuntimeError("close() called from inside a rebalance callback")
         if self._closing.is_set():
             return report
