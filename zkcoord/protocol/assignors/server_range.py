@@ -31,11 +31,14 @@ from zkcoord.protocol.assignors.members import (
 
 def range_order(members: list[str], instance_ids: Mapping[str, str]) -> list[str]:
     """Kafka's ``sortMemberIds``: members with an instance id first, by instance id, then the others by member id.
+    (Instance ids are unique in a group; were two equal, member id would break the tie.)
 
     >>> range_order(["b", "a", "z", "y"], {"z": "i1", "y": "i2"})
     ['z', 'y', 'a', 'b']
     """
-    static = sorted((m for m in members if m in instance_ids), key=lambda m: java_order(instance_ids[m]))
+    static = sorted(
+        (m for m in members if m in instance_ids), key=lambda m: (java_order(instance_ids[m]), java_order(m))
+    )
     dynamic = sorted((m for m in members if m not in instance_ids), key=java_order)
     return static + dynamic
 
