@@ -172,11 +172,12 @@ def roundrobin_assign(subscriptions: Mapping[str, Mapping[str, int]], partitions
 
 
 def collect(owners: Iterable[tuple[tuple[str, int], str]]) -> Assignment:
-    """Group ``((topic, partition), thread)`` pairs into an :data:`Assignment` with sorted topics and partitions."""
-    assignment: Assignment = {}
-    for (topic, partition), thread in sorted(owners, key=lambda item: (java_order(item[0][0]), item[0][1])):
-        assignment.setdefault(topic, {})[partition] = thread
-    return assignment
+    """Group ``((topic, partition), thread)`` pairs into an :data:`Assignment` with sorted topics and partitions (a
+    pair repeated keeps its last thread)."""
+    grouped: dict[str, dict[int, str]] = {}
+    for (topic, partition), thread in owners:
+        grouped.setdefault(topic, {})[partition] = thread
+    return {topic: dict(sorted(grouped[topic].items())) for topic in sorted(grouped, key=java_order)}
 
 
 def threads_of(assignment: Mapping[str, Mapping[int, str]], consumer_id: str) -> Assignment:

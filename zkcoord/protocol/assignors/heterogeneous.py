@@ -160,6 +160,9 @@ def _balance(work: _Work, topics: list[str], subscribers: Mapping[str, list[str]
 
 
 def _balance_topic(work: _Work, topic: str, members: list[str], retention: Retention) -> None:
+    sizes = [work.size[m] for m in members]
+    if max(sizes) - min(sizes) <= 1:
+        return  # already balanced, whoever holds what (the common case, checked without building heaps)
     # Lazy heaps: an entry is current while its size is the member's size (and, for givers, it holds the topic).
     takers = [(work.size[m], work.index[m], m) for m in members]
     givers = [(-work.size[m], -work.index[m], m) for m in members if work.held(m, topic)]

@@ -9,7 +9,7 @@ only members.  The rule: **balance per member, then spread over that member's th
    (:func:`~zkcoord.protocol.assignors.classic.consumer_of`) and it subscribes to the topic -- even on a thread
    number it no longer has (the partition then stays with the member, on another of its threads).
 2. The member-level assignor runs on that.  For the uniform assignor, a member over its quota gives up partitions
-   so that its threads stay even (:func:`thread_retention`): first those on threads it no longer has, then one at a
+   so that its threads stay even (:meth:`Placement.retention`): first those on threads it no longer has, then one at a
    time from the thread holding the most of a topic.
 3. Per member and topic, its partitions are spread over its threads ``0..k-1`` (in thread id order, as strings):
    for ``uniform``, stickily (:func:`spread_sticky`: counts per thread differ by at most one, and a thread keeps what
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from zkcoord.protocol.assignors.classic import Assignment, check_inputs, collect, consumer_of, thread_id
-from zkcoord.protocol.assignors.members import GroupAssignment, Retention, java_order
+from zkcoord.protocol.assignors.members import GroupAssignment, java_order
 from zkcoord.protocol.assignors.server_range import server_range
 from zkcoord.protocol.assignors.uniform import uniform
 
@@ -35,52 +35,65 @@ Previous = Mapping[str, Mapping[int, str]]
 
 def member_topics(subscriptions: ThreadSubscriptions) -> dict[str, frozenset[str]]:
     """``consumer -> topics it has at least one thread on``."""
-    return {member: frozenset(t for t, n in topics.items() if n > 0) for member, topics in subscriptions.items()}
+    seen: dict[int, frozenset[str]] = {}  # members sharing one subscription object are read once
+    out: dict[str, frozenset[str]] = {}
+    for member, topics in subscriptions.items():
+        got = seen.get(id(topics))
+        if got is None:
+            got = seen[id(topics)] = frozenset(t for t, n in topics.items() if n > 0)
+        out[member] = got
+    return out
 
 
-def member_holdings(subscriptions: ThreadSubscriptions, previous: Previous) -> dict[str, dict[str, frozenset[int]]]:
-    """``previous`` (``topic -> partition -> thread``) by member, as step 1 reads it: entries whose thread is not a
-    thread id of a member of ``subscriptions`` subscribed to the topic are left out."""
-    owner_of: dict[str, str | None] = {}
-    held: dict[str, dict[str, set[int]]] = {}
-    for topic, owners in previous.items():
-        for partition, thread in owners.items():
-            if thread not in owner_of:
-                owner_of[thread] = consumer_of(thread)
-            member = owner_of[thread]
-            if member is not None and subscriptions.get(member, {}).get(topic, 0) > 0:
-                held.setdefault(member, {}).setdefault(topic, set()).add(partition)
-    return {m: {t: frozenset(ps) for t, ps in topics.items()} for m, topics in held.items()}
+class Placement:
+    """``previous`` (``topic -> partition -> thread``) read by member, as step 1 reads it: entries whose thread is
+    not a thread id of a member of ``subscriptions`` subscribed to the topic are left out."""
 
+    def __init__(self, subscriptions: ThreadSubscriptions, previous: Previous) -> None:
+        self.subscriptions = subscriptions
+        #: ``member -> topic -> partition -> thread``
+        self.threads: dict[str, dict[str, dict[int, str]]] = {}
+        owner_of: dict[str, str | None] = {}
+        for topic, owners in previous.items():
+            for partition, thread in owners.items():
+                if thread not in owner_of:
+                    owner_of[thread] = consumer_of(thread)
+                member = owner_of[thread]
+                if member is not None and subscriptions.get(member, {}).get(topic, 0) > 0:
+                    self.threads.setdefault(member, {}).setdefault(topic, {})[partition] = thread
+        self._keys: dict[str, dict[tuple[str, int], tuple[int, int, bytes, bytes, int]]] = {}
 
-def thread_retention(subscriptions: ThreadSubscriptions, previous: Previous) -> Retention:
-    """The :data:`~zkcoord.protocol.assignors.members.Retention` that keeps a member's threads even when it gives
-    partitions up (step 2).
+    def holdings(self) -> dict[str, dict[str, frozenset[int]]]:
+        """``member -> topic -> partitions`` it holds."""
+        return {m: {t: frozenset(ps) for t, ps in topics.items()} for m, topics in self.threads.items()}
 
-    For each of a member's threads on a topic, holding ``c`` partitions, its ``i``-th highest partition gets the rank
-    ``c - i``: the partition given up first is the highest of the thread holding the most, and so on, so the counts
-    go down evenly.  Partitions on a thread number the member no longer has go first; ties go by topic, thread and
-    partition.
-    """
-    keys: dict[tuple[str, str, int], tuple[int, int, bytes, bytes, int]] = {}
-    for topic, owners in previous.items():
-        per_thread: dict[str, list[int]] = {}
-        for partition, thread in owners.items():
-            per_thread.setdefault(thread, []).append(partition)
-        for thread, held in per_thread.items():
-            member, _, number = thread.rpartition("-")
-            if consumer_of(thread) is None:
-                continue
-            gone = 0 if int(number) < subscriptions.get(member, {}).get(topic, 0) else 1
-            held.sort(reverse=True)
-            for i, partition in enumerate(held):
-                keys[member, topic, partition] = (gone, len(held) - i, java_order(topic), java_order(thread), partition)
+    def retention(self, member: str, topic: str, partition: int) -> tuple[int, int, bytes, bytes, int]:
+        """The :data:`~zkcoord.protocol.assignors.members.Retention` that keeps a member's threads even when it gives
+        partitions up (step 2).
 
-    def retention(member: str, topic: str, partition: int) -> tuple[int, int, bytes, bytes, int]:
-        # A partition the member holds is always in `keys` (member_holdings read the same `previous`).
-        return keys.get((member, topic, partition), (1, 0, java_order(topic), b"", partition))
+        For each of a member's threads on a topic, holding ``c`` partitions, its ``i``-th highest partition gets the
+        rank ``c - i``: the partition given up first is the highest of the thread holding the most, and so on, so the
+        counts go down evenly.  Partitions on a thread number the member no longer has go first; ties go by topic,
+        thread and partition.  Computed for a member the first time it is asked (only members over their quota are).
+        """
+        keys = self._keys.get(member)
+        if keys is None:
+            keys = self._keys[member] = self._member_keys(member)
+        return keys.get((topic, partition), (1, 0, java_order(topic), b"", partition))
 
-    return retention
+    def _member_keys(self, member: str) -> dict[tuple[str, int], tuple[int, int, bytes, bytes, int]]:
+        keys: dict[tuple[str, int], tuple[int, int, bytes, bytes, int]] = {}
+        for topic, placed in self.threads.get(member, {}).items():
+            per_thread: dict[str, list[int]] = {}
+            for partition, thread in placed.items():
+                per_thread.setdefault(thread, []).append(partition)
+            count = self.subscriptions[member][topic]
+            for thread, held in per_thread.items():
+                gone = 0 if int(thread.rpartition("-")[2]) < count else 1
+                held.sort(reverse=True)
+                for i, partition in enumerate(held):
+                    keys[topic, partition] = (gone, len(held) - i, java_order(topic), java_order(thread), partition)
+        return keys
 
 
 def _threads(member: str, count: int) -> list[str]:
@@ -134,18 +147,23 @@ def spread_contiguous(partitions: frozenset[int], threads: list[str]) -> dict[in
     return out
 
 
-def _to_threads(
-    result: GroupAssignment, subscriptions: ThreadSubscriptions, previous: Previous, *, sticky: bool
-) -> Assignment:
+def _to_threads(result: GroupAssignment, subscriptions: ThreadSubscriptions, placement: Placement | None) -> Assignment:
+    """Step 3: each member's partitions spread over its threads (stickily if ``placement`` is given)."""
     owners: list[tuple[tuple[str, int], str]] = []
     for member, holdings in result.items():
+        placed = placement.threads.get(member, {}) if placement is not None else {}
         for topic, partitions in holdings.items():
-            threads = _threads(member, subscriptions[member][topic])
-            if sticky:
-                placed = spread_sticky(partitions, threads, previous.get(topic, {}))
+            count = subscriptions[member][topic]
+            if count == 1:  # the common case: one thread takes everything
+                only = thread_id(member, 0)
+                owners.extend(((topic, partition), only) for partition in partitions)
+                continue
+            threads = _threads(member, count)
+            if placement is not None:
+                spread = spread_sticky(partitions, threads, placed.get(topic, {}))
             else:
-                placed = spread_contiguous(partitions, threads)
-            owners.extend(((topic, partition), thread) for partition, thread in placed.items())
+                spread = spread_contiguous(partitions, threads)
+            owners.extend(((topic, partition), thread) for partition, thread in spread.items())
     return collect(owners)
 
 
@@ -169,12 +187,9 @@ def uniform_assign(
     :raises ConfigurationError: a negative thread or partition count.
     """
     check_inputs(subscriptions, partitions)
-    previous = previous or {}
-    topics = member_topics(subscriptions)
-    result = uniform(
-        topics, partitions, member_holdings(subscriptions, previous), thread_retention(subscriptions, previous)
-    )
-    return _to_threads(result, subscriptions, previous, sticky=True)
+    placement = Placement(subscriptions, previous or {})
+    result = uniform(member_topics(subscriptions), partitions, placement.holdings(), placement.retention)
+    return _to_threads(result, subscriptions, placement)
 
 
 def server_range_assign(
@@ -190,6 +205,4 @@ def server_range_assign(
     :raises ConfigurationError: a negative thread or partition count.
     """
     check_inputs(subscriptions, partitions)
-    return _to_threads(
-        server_range(member_topics(subscriptions), partitions, instance_ids), subscriptions, {}, sticky=False
-    )
+    return _to_threads(server_range(member_topics(subscriptions), partitions, instance_ids), subscriptions, None)
