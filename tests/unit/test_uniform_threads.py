@@ -264,11 +264,11 @@ def test_surplus_keeps_the_lowest_partitions_and_the_pool_is_dealt_in_order() ->
 def test_a_member_gives_up_partitions_evenly_from_its_threads() -> None:
     # a fetches 8 partitions on 2 threads; b joins.  a keeps 4, two from each thread (no partition moves between a's
     # own threads), and b's one thread gets as many as a's two.
-    previous = {"t": {p: f"a-{p % 2}" for p in range(8)}}
+    previous = {"t": {p: f"a-{p // 4}" for p in range(8)}}  # a-0: 0-3, a-1: 4-7
     result = uniform_assign({"a": {"t": 2}, "b": {"t": 1}}, {"t": 8}, previous)
     kept = {p: thread for p, thread in result["t"].items() if thread.startswith("a-")}
     assert all(previous["t"][p] == thread for p, thread in kept.items())
-    assert Counter(kept.values()) == {"a-0": 2, "a-1": 2}
+    assert kept == {0: "a-0", 1: "a-0", 4: "a-1", 5: "a-1"}
     assert Counter(result["t"].values())["b-0"] == 4
 
 
@@ -410,3 +410,49 @@ def test_a_member_leaving_moves_only_its_partitions(
     after = uniform_assign(single_thread([m for m in members if m != leaver]), {"t": count}, previous)
     changed = {p for p in range(count) if after.get("t", {}).get(p) != previous["t"][p]}
     assert changed == set(threads_of(previous, leaver).get("t", {}))
+
+
+@st.composite
+def threaded_group(draw: st.DrawFn) -> tuple[Subscriptions, dict[str, int], Previous]:
+    """Members with 1 to 3 threads each on the same topics, settled by the uniform assignor from any previous."""
+    members = draw(st.lists(st.sampled_from(MEMBER_IDS), min_size=1, max_size=12, unique=True))
+    topics = draw(st.lists(st.sampled_from(TOPICS), min_size=1, max_size=3, unique=True))
+    subscriptions = {m: dict.fromkeys(topics, draw(st.integers(1, 3))) for m in members}
+    partitions = {t: draw(st.integers(0, 30)) for t in topics}
+    return (
+        subscriptions,
+        partitions,
+        uniform_assign(subscriptions, partitions, draw(any_previous(subscriptions, partitions))),
+    )
+
+
+def thread_moves(before: Assignment, after: Assignment) -> set[tuple[str, int]]:
+    keys = {(t, p) for a in (before, after) for t, owners in a.items() for p in owners}
+    return {(t, p) for t, p in keys if before.get(t, {}).get(p) != after.get(t, {}).get(p)}
+
+
+@given(threaded_group(), st.data())
+def test_with_several_threads_a_join_moves_only_the_joiners_share(
+    group: tuple[Subscriptions, dict[str, int], Previous], data: st.DataObject
+) -> None:
+    # A member over its new quota gives up partitions from its fullest threads, so its threads stay even and none of
+    # its other partitions changes thread: the partitions that change *thread* are exactly the joiner's share.
+    subscriptions, partitions, before = group
+    newcomer = data.draw(st.sampled_from([m for m in MEMBER_IDS if m not in subscriptions]))
+    threads = data.draw(st.integers(1, 3))
+    joined = {**subscriptions, newcomer: dict.fromkeys(next(iter(subscriptions.values())), threads)}
+    after = uniform_assign(joined, partitions, before)
+    changed = thread_moves(before, after)
+    total = sum(partitions.values())
+    assert len(changed) == total // len(joined) <= math.ceil(total / len(joined))
+    assert all(consumer_of(after[t][p]) == newcomer for t, p in changed)
+
+
+@given(threaded_group(), st.data())
+def test_with_several_threads_a_leave_moves_only_the_leavers_partitions(
+    group: tuple[Subscriptions, dict[str, int], Previous], data: st.DataObject
+) -> None:
+    subscriptions, partitions, before = group
+    leaver = data.draw(st.sampled_from(sorted(subscriptions)))
+    after = uniform_assign({m: s for m, s in subscriptions.items() if m != leaver}, partitions, before)
+    assert thread_moves(before, after) == {(t, p) for t, ps in threads_of(before, leaver).items() for p in ps}

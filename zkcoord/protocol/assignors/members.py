@@ -137,7 +137,12 @@ def valid_holdings(
                 continue
             taken = claimed[topic]
             valid = held
-            if min(held) < 0 or max(held) >= partitions[topic] or not taken.isdisjoint(held):
+            if (
+                not isinstance(held, frozenset)
+                or min(held) < 0
+                or max(held) >= partitions[topic]
+                or not taken.isdisjoint(held)
+            ):
                 valid = frozenset(p for p in held if 0 <= p < partitions[topic] and p not in taken)
                 whole = False
                 if not valid:
