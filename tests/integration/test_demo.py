@@ -99,7 +99,7 @@ def test_every_fault_kind_keeps_every_property_under_incremental_rebalances(tmp_
     report = json.loads(out.stdout)
     (safe,) = report["runs"]
     for kind, evidence in EVIDENCE.items():
-        if kind != "consumer-kill-after-revoke":  # eager only: the sticky assignor picks its own losers
+        if kind != "consumer-kill-after-revoke":  # eager only: the uniform assignor picks its own losers
             assert safe["faults"].get(evidence, 0) >= 1, f"fault {kind} was not injected"
     assert report["verdict"]["runs"][0]["ok"], report["verdict"]["runs"][0]
     journal = read_journal(tmp_path / "inc" / "safe" / "journal")

@@ -120,7 +120,8 @@ def test_a_takeover_between_the_two_steps_of_an_incremental_rebalance(run: Run) 
     admin = TopicAdmin(run.zk)
     admin.create("x", 2)
     admin.create("y", 3)
-    # Joining one by one, the sticky assignor leaves x = {0: a, 1: b} and y = {0: a, 1: a, 2: c}.
+    # Joining one by one, the uniform assignor leaves x = {0: b, 1: b} and y = {0: a, 1: a, 2: c} (b's only topic is x,
+    # so it takes both; a keeps what balance allows).  When b leaves, x has a alone: a gains it and gives y up.
     a = run.consumer("m", "x", "y", extra=INCREMENTAL)
     run.wait_members("m", 1)
     b = run.consumer("m", "x", extra=INCREMENTAL)

@@ -8,6 +8,7 @@ there is none here.
 from __future__ import annotations
 
 import doctest
+import importlib
 import random
 from collections import Counter
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from zkcoord.protocol.assignors import (
     shares,
     thread_id,
     threads_of,
+    uniform_assign,
 )
 from zkcoord.protocol.hashing import java_string_hash
 
@@ -156,7 +158,8 @@ def test_negative_counts_are_rejected(assign: Assignor) -> None:
 def test_registry() -> None:
     assert get_assignor("range") is range_assign
     assert get_assignor("roundrobin") is roundrobin_assign
-    assert set(ASSIGNORS) == {"range", "roundrobin", "sticky"}
+    assert set(ASSIGNORS) == {"range", "roundrobin", "uniform", "sticky"}
+    assert get_assignor("sticky") is get_assignor("uniform") is uniform_assign  # the documented alias
     # Kafka 0.8.2 falls back to range for any other name; we refuse it.
     with pytest.raises(ConfigurationError, match=r"unknown partition assignment strategy 'cooperative'.*range"):
         get_assignor("cooperative")
@@ -183,8 +186,11 @@ def test_moved_partitions_examples() -> None:
     assert moved_partitions(before, before) == 0
 
 
-def test_docstring_examples() -> None:
-    assert doctest.testmod(assignors, raise_on_error=True).attempted > 0
+@pytest.mark.parametrize(
+    "module", ["classic", "members", "homogeneous", "heterogeneous", "uniform", "threads", "server_range"]
+)
+def test_docstring_examples(module: str) -> None:
+    assert doctest.testmod(importlib.import_module(f"{assignors.__name__}.{module}"), raise_on_error=True).attempted > 0
 
 
 # --- invariants -------------------------------------------------------------------------------------------------

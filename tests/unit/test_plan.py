@@ -130,7 +130,7 @@ def test_a_member_without_migrating_gets_nothing_while_zk_client_members_remain(
     assert any("not --migrating" in reason for _, reason in planned.notes)
 
 
-# --- incremental groups: the sticky target and what moves -------------------------------------------------------
+# --- incremental groups: the uniform target and what moves ------------------------------------------------------
 
 
 def inc(subscription: dict[str, int]) -> MemberRegistration:
@@ -138,7 +138,7 @@ def inc(subscription: dict[str, int]) -> MemberRegistration:
 
 
 def settled(members: dict[str, MemberRegistration], incarnations: dict[str, int] | None = None) -> GroupSnapshot:
-    """A STABLE group whose registry is its own sticky target (incarnations: override some, as re-registered)."""
+    """A STABLE group whose registry is its own uniform target (incarnations: override some, as re-registered)."""
     first = plan(snapshot(members, None, {}), TOPICS, "range")
     state = GroupState(5, GroupPhase.STABLE, 1, first.members, first.target)
     live = {
@@ -159,10 +159,10 @@ def test_a_group_is_incremental_only_when_every_member_says_so() -> None:
 def test_a_join_revokes_only_from_members_over_their_new_quota() -> None:
     members = {c: inc({"clicks": 1}) for c in ("a", "b")}
     before = settled(members)
-    assert not plan(before, TOPICS, "range").necessary  # the sticky target of a settled group is its registry
+    assert not plan(before, TOPICS, "range").necessary  # the uniform target of a settled group is its registry
     joined = snapshot({**members, "c": inc({"clicks": 1})}, before.state, before.owners)
     planned = plan(joined, TOPICS, "range")
-    assert planned.assignor == "sticky" and planned.necessary
+    assert planned.assignor == "uniform" and planned.necessary
     m = moves(joined, planned.target)
     # 3 partitions over a, b (2 + 1) -> a, b, c (1 each): only a gives one up, only c gains.
     assert m.moved == 1 and set(m.revoke) == {"a"} and m.gain == {"c"}
@@ -233,7 +233,7 @@ def test_an_unreadable_registration_that_holds_nothing_is_left_out_and_blocks_no
         st.tuples(st.dictionaries(st.sampled_from(sorted(TOPICS)), st.integers(1, 3), min_size=1), st.booleans()),
         min_size=1,
     ),
-    st.sampled_from(["range", "roundrobin", "sticky"]),
+    st.sampled_from(["range", "roundrobin", "uniform", "sticky"]),
 )
 def test_unreadable_members_that_may_fetch_are_members_that_are_given_nothing(
     spec: dict[str, tuple[dict[str, int], bool]], assignor: str

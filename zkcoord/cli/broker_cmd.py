@@ -21,7 +21,11 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 @click.option("--host", default=socket.gethostname, show_default="this host", help="Host to advertise.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to advertise [default: 9092+id].")
 @click.option(
-    "--assignor", type=click.Choice(sorted(ASSIGNORS)), default="range", show_default=True, help="Partition assignor."
+    "--assignor",
+    type=click.Choice(sorted(ASSIGNORS)),
+    default="range",
+    show_default=True,
+    help="Partition assignor of eager groups (sticky is an alias of uniform); incremental groups always use uniform.",
 )
 @click.option(
     "--rebalance-timeout",

@@ -128,7 +128,7 @@ class _Status:
     default="eager",
     show_default=True,
     help="incremental: when every member says so, rebalances move only the partitions that change owner, with the "
-    "coordinator's sticky assignor; the others keep fetching (docs/protocol.md).",
+    "coordinator's uniform assignor (KIP-848's); the others keep fetching (docs/protocol.md).",
 )
 @click.option(
     "--max-poll-interval",

@@ -105,7 +105,7 @@ class ConsumerConfig:
         offsets to both protocols' paths.
     :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
         (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
-        moves only the partitions that change owner, with its sticky assignor; ``docs/protocol.md``).
+        moves only the partitions that change owner, with KIP-848's uniform assignor; ``docs/protocol.md``).
     :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
         ``docs/consumer.md``, "Stopping").
     :param max_poll_interval_s: how long the application may take between two ``poll()`` calls (Kafka's

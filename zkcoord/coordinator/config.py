@@ -12,7 +12,9 @@ from zkcoord.protocol.assignors import ASSIGNORS
 class CoordinatorConfig:
     """How the coordinator rebalances.  Validates itself; raises :class:`ConfigurationError`.
 
-    :param assignor: ``range`` (Kafka 0.8.2's default) or ``roundrobin``.
+    :param assignor: for eager groups: ``range`` (Kafka 0.8.2's default), ``roundrobin``, or ``uniform`` (KIP-848's,
+        here with no previous owners; ``sticky`` is its alias).  A group whose members all registered
+        ``incremental`` always uses ``uniform``, given what they fetch now.
     :param rebalance_timeout_s: how long one phase (stop or start) waits for every acknowledgement; a phase that
         sends stop-fetchers waits this plus the longest poll interval its stopped members publish (their stop is
         acknowledged only after their application's next ``poll()``:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration
-from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, sticky_assign
+from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, uniform_assign
 from zkcoord.protocol.subscriptions import resolve
 
 
@@ -67,8 +67,9 @@ class Plan:
     legacy: dict[str, int] = field(default_factory=dict)
     #: partitions the assignment leaves to the zk-client members (they claim them themselves)
     legacy_partitions: int = 0
-    #: every member registered ``incremental`` (and none is migrating): the group's assignor is ``sticky`` and, from
-    #: a STABLE state, the rebalance may move only what changes (see :func:`moves`)
+    #: every member registered ``incremental`` (and none is migrating): the group's assignor is ``uniform``, given what
+    #: the members fetch now (:func:`still_held`), and, from a STABLE state, the rebalance may move only what changes
+    #: (see :func:`moves`)
     incremental: bool = False
 
 
@@ -120,10 +121,10 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         subscriptions[cid] = resolved
     partitions = {t: topics[t] for subs in subscriptions.values() for t in subs}
     incremental = incremental_group(snapshot)
-    used = "sticky" if incremental else assignor
+    used = "uniform" if incremental else assignor
     try:
-        if used == "sticky":
-            target = sticky_assign(subscriptions, partitions, previous=still_held(snapshot))
+        if incremental:
+            target = uniform_assign(subscriptions, partitions, previous=still_held(snapshot))
         else:
             target = get_assignor(assignor)(subscriptions, partitions)
     except ConfigurationError as e:

@@ -139,7 +139,7 @@ def format_notes(document: dict[str, Any]) -> list[str]:
         lines.append(f"{' and '.join(coordinated)}: retries counts rebalance.retrying and rebalance.aborted.")
     if "incremental" in cfg["protocols"]:
         lines.append(
-            "incremental: the coordinator with every member registered for incremental rebalances (sticky "
+            "incremental: the coordinator with every member registered for incremental rebalances (uniform "
             "assignor; settled = every partition fetched once, shares balanced, every start-fetcher sent applied)."
         )
     comparison = document["comparison"]

@@ -10,7 +10,7 @@ progress, and says when the group is *settled*:
   ``zkcoord.protocol.assignors.range_assign``);
 * ``coordinator``: the newest rebalance the coordinator started has exactly the current members, no request is
   pending, and every member applied that generation's start-fetcher;
-* ``incremental`` (the coordinator with every member registered ``rebalance="incremental"``: its sticky assignor
+* ``incremental`` (the coordinator with every member registered ``rebalance="incremental"``: its uniform assignor
   gives a balanced assignment that is not the range one, and only the members whose partitions move get commands):
   every partition is fetched by exactly one thread of a current member, every member fetches between ``P // N`` and
   ``ceil(P / N)`` partitions (one thread per member), the newest rebalance started has exactly the current members,

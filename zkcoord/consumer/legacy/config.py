@@ -35,6 +35,6 @@ class LegacyConfig:
         if not 0.0 <= self.rebalance_backoff_s <= 600:
             raise ConfigurationError(f"rebalance_backoff_s must be within 0..600 s, got {self.rebalance_backoff_s}")
         if self.assignor not in KAFKA_08_ASSIGNORS:
-            # The coordinator's own sticky assignor needs the registry as it stands; 0.8 clients never had one.
+            # The coordinator's uniform assignor needs the registry as it stands; 0.8 clients never had one.
             known = ", ".join(KAFKA_08_ASSIGNORS)
             raise ConfigurationError(f"unknown partition assignment strategy {self.assignor!r} (known: {known})")

@@ -154,8 +154,8 @@ def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say
     unsafe contrast the stop commits what ``poll()`` had returned before the application finished it (the order
     before issue 25), and the records of the batch it was in are lost."""
     if cluster.workload.rebalance != "eager":
-        # The sticky assignor of incremental rebalances gives a newcomer nothing while the others hold their fair
-        # share, and revokes from whom it likes: the slow member cannot be made a loser on purpose there.
+        # The uniform assignor of incremental rebalances takes a newcomer's share from the members over their new
+        # quota, chosen by member order: the slow member cannot be made a loser on purpose there.
         return "skipped: needs eager rebalances"
     group = cluster.workload.static_group
     before = len(cluster.live_members(group))

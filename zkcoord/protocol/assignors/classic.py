@@ -1,8 +1,5 @@
-"""Partition assignors as pure deterministic functions (no I/O, no ZooKeeper, no state).
-
-``range`` and ``roundrobin`` are Kafka 0.8.2's.  ``sticky`` is this project's own, for incremental rebalances: a
-per-topic balanced assignment that moves as few partitions as possible from the current owners, in the spirit of
-KIP-848's server-side uniform assignor and Kafka's ``StickyAssignor`` (neither exists in Kafka 0.8).
+"""Kafka 0.8.2's partition assignors, ``range`` and ``roundrobin``, and the thread-level vocabulary every assignor of
+this project speaks, as pure deterministic functions (no I/O, no ZooKeeper, no state).
 
 Vocabulary.  A *member* is named by its consumer id (``<group>_<host>-<ms>-<8 hex>``).  Its *subscription* is already
 resolved to ``{topic: thread_count}`` (the caller expands wildcards).  Its *thread ids* are ``f"{consumer_id}-{n}"``
@@ -16,7 +13,8 @@ Every assignor takes ``subscriptions`` (``consumer id -> {topic: thread_count}``
 share; the coordinator runs it once and hands each member :func:`threads_of` the result.
 
 Where Kafka compares strings it uses Java's ``String.compareTo`` (UTF-16 code units), reproduced by
-:func:`_java_order`; for the ASCII names :mod:`zkcoord.layout.names` allows this is plain ``str`` order.
+:func:`~zkcoord.protocol.assignors.members.java_order`; for the ASCII names :mod:`zkcoord.layout.names` allows
+this is plain ``str`` order.
 """
 
 from __future__ import annotations
@@ -24,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from zkcoord.errors import ConfigurationError
+from zkcoord.protocol.assignors.members import java_order
 from zkcoord.protocol.hashing import java_string_hash
 
 #: ``topic -> partition -> thread id`` (the value of the owner znode ``/consumers/<g>/owners/<t>/<p>``).
@@ -51,12 +50,8 @@ def consumer_of(thread: str) -> str | None:
     return consumer
 
 
-def _java_order(text: str) -> bytes:
-    """Sort key equal to Java's ``String.compareTo``: UTF-16 big-endian bytes compare as UTF-16 code units do."""
-    return text.encode("utf-16-be", "surrogatepass")
-
-
-def _check_inputs(subscriptions: Mapping[str, Mapping[str, int]], partitions: Mapping[str, int]) -> None:
+def check_inputs(subscriptions: Mapping[str, Mapping[str, int]], partitions: Mapping[str, int]) -> None:
+    """:raises ConfigurationError: a negative thread count in ``subscriptions`` or partition count in ``partitions``."""
     for consumer, topics in subscriptions.items():
         for topic, count in topics.items():
             if count < 0:
@@ -78,7 +73,7 @@ def consumers_per_topic(subscriptions: Mapping[str, Mapping[str, int]]) -> dict[
     for consumer, topics in subscriptions.items():
         for topic, count in topics.items():
             per_topic.setdefault(topic, []).extend(thread_id(consumer, n) for n in range(count))
-    return {topic: sorted(per_topic[topic], key=_java_order) for topic in sorted(per_topic, key=_java_order)}
+    return {topic: sorted(per_topic[topic], key=java_order) for topic in sorted(per_topic, key=java_order)}
 
 
 def range_assign(subscriptions: Mapping[str, Mapping[str, int]], partitions: Mapping[str, int]) -> Assignment:
@@ -99,7 +94,7 @@ def range_assign(subscriptions: Mapping[str, Mapping[str, int]], partitions: Map
 
     :raises ConfigurationError: a negative thread or partition count.
     """
-    _check_inputs(subscriptions, partitions)
+    check_inputs(subscriptions, partitions)
     assignment: Assignment = {}
     for topic, threads in consumers_per_topic(subscriptions).items():
         count = partitions.get(topic, 0)
@@ -126,7 +121,7 @@ def _require_uniform(per_topic: Mapping[str, list[str]], subscriptions: Mapping[
     if all(set(threads) == set(head) for threads in per_topic.values()):
         return
     # Name the first (sorted) member whose stream counts differ across the group's topics.
-    for consumer in sorted(subscriptions, key=_java_order):
+    for consumer in sorted(subscriptions, key=java_order):
         counts = {topic: subscriptions[consumer].get(topic, 0) for topic in per_topic}
         if len(set(counts.values())) > 1:
             shown = ", ".join(
@@ -162,7 +157,7 @@ def roundrobin_assign(subscriptions: Mapping[str, Mapping[str, int]], partitions
     :raises ConfigurationError: the members' subscriptions are not uniform (see :func:`_require_uniform`; Kafka
         fails the rebalance with ``IllegalArgumentException``), or a negative thread or partition count.
     """
-    _check_inputs(subscriptions, partitions)
+    check_inputs(subscriptions, partitions)
     per_topic = consumers_per_topic(subscriptions)
     if not per_topic:
         return {}
@@ -172,97 +167,17 @@ def roundrobin_assign(subscriptions: Mapping[str, Mapping[str, int]], partitions
         # Every member listed its topics with 0 streams.  (Kafka's circular iterator would spin forever here.)
         return {}
     pairs = [(topic, partition) for topic in per_topic for partition in range(partitions.get(topic, 0))]
-    pairs.sort(key=lambda pair: (java_string_hash(f"[{pair[0]},{pair[1]}]"), _java_order(pair[0]), pair[1]))
-    return _collect((pair, threads[i % len(threads)]) for i, pair in enumerate(pairs))
+    pairs.sort(key=lambda pair: (java_string_hash(f"[{pair[0]},{pair[1]}]"), java_order(pair[0]), pair[1]))
+    return collect((pair, threads[i % len(threads)]) for i, pair in enumerate(pairs))
 
 
-def _collect(owners: Iterable[tuple[tuple[str, int], str]]) -> Assignment:
-    """Group ``((topic, partition), thread)`` pairs into an :data:`Assignment` with sorted topics and partitions."""
-    assignment: Assignment = {}
-    for (topic, partition), thread in sorted(owners, key=lambda item: (_java_order(item[0][0]), item[0][1])):
-        assignment.setdefault(topic, {})[partition] = thread
-    return assignment
-
-
-def sticky_assign(
-    subscriptions: Mapping[str, Mapping[str, int]],
-    partitions: Mapping[str, int],
-    previous: Mapping[str, Mapping[int, str]] | None = None,
-) -> Assignment:
-    """Per topic, a balanced assignment that leaves as many partitions as possible with their ``previous`` owner.
-
-    For an incremental rebalance: ``previous`` is the current ``topic -> partition -> thread`` ownership, and only
-    the partitions whose thread changes are revoked and reassigned.  Each topic is assigned on its own, as by range,
-    over its sorted threads ``T`` and ``n`` partitions:
-
-    * quotas: every thread gets ``n // len(T)``, and ``n % len(T)`` of them one more -- those that hold the most now
-      (ties in thread order), since a quota below what a thread holds makes it give partitions up;
-    * a thread keeps its lowest-numbered held partitions, up to its quota;
-    * the rest (surpluses, and every partition no thread of ``T`` holds) is dealt in ascending order to the threads
-      below quota, in thread order, each filled before the next.
-
-    An entry of ``previous`` naming a thread outside ``T`` or a partition outside ``range(n)`` is ignored (a member
-    that left, a topic that shrank, a stale registry).  The result is balanced per topic (counts differ by at most
-    one); it keeps ``sum(min(held, quota))`` partitions in place, the most any balanced assignment can; passed back
-    as ``previous`` it comes back unchanged.  With no ``previous`` nobody holds anything and the result is
-    :func:`range_assign`'s.  A member joining takes only surpluses (range would move 3 partitions here, not 2):
-
-    >>> sticky_assign({"a": {"t": 1}, "b": {"t": 1}, "c": {"t": 1}}, {"t": 6}, {"t": {0: "a-0", 1: "a-0", 2: "a-0",
-    ...     3: "b-0", 4: "b-0", 5: "b-0"}})
-    {'t': {0: 'a-0', 1: 'a-0', 2: 'c-0', 3: 'b-0', 4: 'b-0', 5: 'c-0'}}
-
-    A member leaving moves only its own partitions (entries of threads that are gone are ignored):
-
-    >>> sticky_assign({"b": {"t": 1}, "c": {"t": 1}}, {"t": 4}, {"t": {0: "a-0", 1: "a-0", 2: "b-0", 3: "c-0"}})
-    {'t': {0: 'b-0', 1: 'c-0', 2: 'b-0', 3: 'c-0'}}
-
-    :raises ConfigurationError: a negative thread or partition count.
-    """
-    _check_inputs(subscriptions, partitions)
-    owners: list[tuple[tuple[str, int], str]] = []
-    for topic, threads in consumers_per_topic(subscriptions).items():
-        count = partitions.get(topic, 0)
-        if not threads or count == 0:
-            continue
-        held: dict[str, list[int]] = {thread: [] for thread in threads}
-        for partition, thread in (previous or {}).get(topic, {}).items():
-            if 0 <= partition < count and thread in held:
-                held[thread].append(partition)
-        base, extra = divmod(count, len(threads))
-        # sorted() is stable and threads are in thread order, so equal holders rank in thread order.
-        ranked = sorted(threads, key=lambda thread: -len(held[thread]))
-        quota = {thread: base + (1 if rank < extra else 0) for rank, thread in enumerate(ranked)}
-        kept = {thread: sorted(held[thread])[: quota[thread]] for thread in threads}
-        taken = {partition for partitions_kept in kept.values() for partition in partitions_kept}
-        pool = iter([partition for partition in range(count) if partition not in taken])
-        for thread in threads:
-            # The pool holds exactly the sum of the shortfalls: quotas add up to count, and kept never exceeds quota.
-            fill = [next(pool) for _ in range(quota[thread] - len(kept[thread]))]
-            owners.extend(((topic, partition), thread) for partition in kept[thread] + fill)
-    return _collect(owners)
-
-
-#: The assignors by name (``partition.assignment.strategy`` for Kafka's two).  Called with two arguments, sticky has
-#: no previous owners and assigns as range does; the incremental rebalance passes them.
-ASSIGNORS: dict[str, Assignor] = {"range": range_assign, "roundrobin": roundrobin_assign, "sticky": sticky_assign}
-
-
-def get_assignor(name: str) -> Assignor:
-    """The assignor called ``name``: ``"range"``, ``"roundrobin"`` or ``"sticky"``.
-
-    Called through this two-argument :data:`Assignor` signature, sticky has no previous owners (and so assigns as
-    range does); an incremental rebalance calls :func:`sticky_assign` itself, with them.
-
-    Unlike Kafka 0.8.2's ``PartitionAssignor.createInstance``, which silently falls back to range for any other
-    string, an unknown name is an error.
-
-    :raises ConfigurationError: ``name`` is not a key of :data:`ASSIGNORS`.
-    """
-    try:
-        return ASSIGNORS[name]
-    except KeyError:
-        known = ", ".join(sorted(ASSIGNORS))
-        raise ConfigurationError(f"unknown partition assignment strategy {name!r} (known: {known})") from None
+def collect(owners: Iterable[tuple[tuple[str, int], str]]) -> Assignment:
+    """Group ``((topic, partition), thread)`` pairs into an :data:`Assignment` with sorted topics and partitions (a
+    pair repeated keeps its last thread)."""
+    grouped: dict[str, dict[int, str]] = {}
+    for (topic, partition), thread in owners:
+        grouped.setdefault(topic, {})[partition] = thread
+    return {topic: dict(sorted(grouped[topic].items())) for topic in sorted(grouped, key=java_order)}
 
 
 def threads_of(assignment: Mapping[str, Mapping[int, str]], consumer_id: str) -> Assignment:
