@@ -18,7 +18,7 @@ from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, uncommitted_tails
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.errors import NotEmptyError, ZkCoordError
+from zkcoord.errors import NodeExistsError, NotEmptyError, ZkCoordError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
@@ -240,6 +240,18 @@ def test_a_damaged_owner_znode_under_its_live_owner_then_a_join_converges_and_co
 # --- a live member's registration replaced, its owner znode taken: the member must stop before it answers ------------
 
 
+def _create_over_the_member(run: Run, path: str, data: bytes) -> None:
+    """Create a persistent registration at ``path``; if its member registered again first (it notices the deletion
+    while a joiner starts), replace that one in one transaction: someone else's registration at its id either way."""
+    try:
+        run.zk.create(path, data)
+    except NodeExistsError:
+        txn = run.zk.transaction()
+        txn.delete(path)
+        txn.create(path, data)
+        txn.commit()
+
+
 @pytest.mark.parametrize("order", ["recreated-at-once", "recreated-after-a-join"])
 def test_a_registration_replaced_by_someone_else_makes_its_member_stop_and_register_again(run: Run, order: str) -> None:
     """Someone deletes a live member's registration and creates another at its id (persistent, not the member's
@@ -258,7 +270,7 @@ def test_a_registration_replaced_by_someone_else_makes_its_member_stop_and_regis
     run.zk.delete(path)
     if order == "recreated-after-a-join":
         run.consumer(GROUP, TOPIC)
-    run.zk.create(path, data)
+    _create_over_the_member(run, path, data)
     if order == "recreated-at-once":
         run.consumer(GROUP, TOPIC)
     _produce(run, 300)

@@ -165,12 +165,12 @@ class CommandHandler:
             self._leave_for_poll_interval(arg)
 
     def _still_current(self, positions: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Of an auto-commit queued by ``poll()``, what may still be written: only partitions fetched now (one stopped
-        since was committed further by its stop, in ``poll()`` before its callback or in the stop's transaction, and
-        this older event must not move it back), and never below what we committed under the current claim (an
-        auto-commit only moves forward; an application that wants to go back calls ``commit(offsets)``)."""
-        fetched, committed = self.c.fetcher.assignment(), self.c.offsets.committed()
-        return {tp: off for tp, off in positions.items() if tp in fetched and off >= committed.get(tp, -1)}
+        """Of an auto-commit queued by ``poll()``, what may still be written: only partitions fetched now.  One stopped
+        since was committed further by its stop (in ``poll()`` before its callback, or in the stop's transaction), and
+        this older event, handled after it, must not move it back.  (An offset may go back legitimately -- a reset
+        of a position beyond the log -- so "never lower" is not the rule.)"""
+        fetched = self.c.fetcher.assignment()
+        return {tp: off for tp, off in positions.items() if tp in fetched}
 
     def _on_own_znodes(self, kind: str, arg: object) -> None:
         """Our registration or channel changed, or a commit found partitions no longer ours: repair, or stop."""
