@@ -48,9 +48,29 @@ def test_partlog_at_the_smallest_size_writes_a_document_the_report_reads(tmp_pat
     assert (tmp_path / "plots" / "bench-throughput.png").stat().st_size > 1000
 
 
+def test_assignor_join_writes_a_document_the_report_reads(tmp_path: Path) -> None:
+    out = tmp_path / "assignor.json"
+    run = run_cli(
+        "bench", "assignor", "--size", "small", "--members", "200", "--topics", "10,20", "--repeats", "2",
+        "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "assignor" and doc["kafka_anchor_ms"] == 1.98
+    rows = {(r["case"], r["how"], r["topics"]): r for r in doc["rows"]}
+    assert {t for _, _, t in rows} == {10, 20}
+    join = rows[("homogeneous", "incremental", 10)]
+    assert join["members"] == 200 and join["moved"] == 200 * 10 // 200  # the joiner gets floor(P/N): 10
+    assert all(r["median_ms"] > 0 for r in doc["rows"])
+    report = run_cli("analyze", "--bench", str(out), "--out", str(tmp_path / "plots"), timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert "1.98 ms" in report.stdout and (tmp_path / "plots" / "bench-assignor.png").stat().st_size > 1000
+
+
 @pytest.mark.parametrize(
     ("args", "status", "expect"),
     [
+        (["assignor", "--members", "100000", "--ratio", "1000"], 1, "over 10 000 000 partitions"),
         (["scale", "--groups", "10", "--consumers", "15"], 1, "--consumers must be a positive multiple of --groups"),
         (["consumer", "--consumers", "0,x"], 2, "expected comma-separated positive integers"),
         (["partlog", "--records", "5"], 2, "--records"),

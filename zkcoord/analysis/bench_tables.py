@@ -144,6 +144,28 @@ def scale_report(doc: dict[str, Any]) -> Report:
     return Report("Coordinator at scale: failovers", "\n".join(lines), [("failover", "Failover to STABLE", draw)])
 
 
+def assignor_report(doc: dict[str, Any]) -> Report:
+    anchor = doc.get("kafka_anchor_ms")
+    lines = [f"{'case':<14}{'how':<21}{'members':>8}{'topics':>7}{'moved':>7}{'median ms':>11}{'min ms':>9}"]
+    labels: list[str] = []
+    values: list[float] = []
+    for r in doc["rows"]:
+        lines.append(
+            f"{r.get('case', '?'):<14}{r.get('how', '?'):<21}{_num(r.get('members')):>8}{_num(r.get('topics')):>7}"
+            f"{_num(r.get('moved')):>7}{_num(r.get('median_ms'), 3):>11}{_num(r.get('min_ms'), 3):>9}"
+        )
+        labels.append(f"{r.get('case')} {r.get('how')}, {r.get('topics')} topics")
+        values.append(float(r.get("median_ms") or 0))
+    if isinstance(anchor, int | float):
+        lines.append(f"Kafka (Java, JMH) homogeneous join at 10 000 x 10, 100 topics: {anchor} ms")
+
+    def draw(path: Path) -> None:
+        goal = float(anchor) if isinstance(anchor, int | float) else None
+        _barh(labels, values, "median ms per join (Kafka's Java figure: dashed)", path, goal)
+
+    return Report("The uniform assignor: one join", "\n".join(lines), [("assignor", "One join", draw)])
+
+
 def all_report(doc: dict[str, Any]) -> Report:
     lines = [f"{'benchmark':<12}{'exit':>6}{'seconds':>10}  document"]
     for r in doc["runs"]:
@@ -154,6 +176,7 @@ def all_report(doc: dict[str, Any]) -> Report:
 #: benchmark -> (its report, the top-level fields it needs)
 REPORTS: dict[str, tuple[Callable[[dict[str, Any]], Report], tuple[str, ...]]] = {
     "partlog": (partlog_report, ("rows",)),
+    "assignor": (assignor_report, ("rows",)),
     "consumer": (consumer_report, ("throughput", "rebalance")),
     "analyze": (analyze_report, ("rows",)),
     "scale": (scale_report, ("runs",)),

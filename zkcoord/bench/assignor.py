@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from zkcoord.bench.common import default_out, envelope, write_document
+from zkcoord.bench.common import BenchError, default_out, envelope, write_document
 from zkcoord.protocol.assignors import Assignment, GroupAssignment, UniformGroup, uniform, uniform_assign
 
 #: Kafka's figure for the homogeneous incremental case at 10 000 members, 10 partitions each, 100 topics (ms).
@@ -172,6 +172,22 @@ def table(document: dict[str, Any]) -> str:
         )
     lines.append(f"Kafka (Java, JMH avgt) homogeneous join at 10000 x 10, 100 topics: {KAFKA_ANCHOR_MS} ms")
     return "\n".join(lines)
+
+
+def bench_assignor(members: int, ratio: int, topics: Sequence[int], repeats: int, out: Path) -> None:
+    """``zkcoord bench assignor``: run, print the table, write the document.
+
+    :raises BenchError: a setting out of range (members >= 2, ratio >= 1, repeats >= 1, topics >= 1, and at most
+        10 000 000 partitions in all).
+    """
+    if members < 2 or ratio < 1 or repeats < 1 or not topics or min(topics) < 1:
+        raise BenchError("members >= 2, ratio >= 1, repeats >= 1 and topics >= 1 are required")
+    if members * ratio > 10_000_000:
+        raise BenchError(f"{members} members x {ratio} partitions is over 10 000 000 partitions")
+    document = envelope("assignor", run(members, ratio, topics, repeats))
+    print(table(document))
+    write_document(out, document)
+    print(f"written to {out}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

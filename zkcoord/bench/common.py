@@ -23,7 +23,7 @@ SCHEMA = 1
 RESULTS_DIR = Path("bench-results")
 SIZES = ("small", "medium", "large")
 #: every benchmark, in the order ``zkcoord bench all`` runs them (quick and local first)
-NAMES = ("partlog", "consumer", "rebalance", "analyze", "scale")
+NAMES = ("partlog", "assignor", "consumer", "rebalance", "analyze", "scale")
 
 #: benchmark -> size -> option values (option names as the command's parameters)
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
@@ -31,6 +31,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "small": {"records": 2_000, "repeats": 1},
         "medium": {"records": 50_000, "repeats": 2},
         "large": {"records": 200_000, "repeats": 3},
+    },
+    "assignor": {
+        "small": {"members": 1_000, "topics": (100,), "repeats": 5},
+        "medium": {"members": 5_000, "topics": (100,), "repeats": 20},
+        "large": {"members": 10_000, "topics": (100, 1_000), "repeats": 40},
     },
     "consumer": {
         "small": {"records": 8_000, "trials": 1, "consumers": (3,), "repeats": 1},

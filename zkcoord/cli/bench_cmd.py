@@ -14,7 +14,16 @@ from zkcoord.bench.rebalance.config import BenchConfig
 from zkcoord.bench.rebalance.report import format_report
 from zkcoord.bench.rebalance.run import RebalanceBench
 from zkcoord.bench.rebalance.timeline import PROTOCOLS
-from zkcoord.cli.bench_suite_cmd import all_benchmarks, analyze, consumer, out_option, partlog, scale, size_option
+from zkcoord.cli.bench_suite_cmd import (
+    all_benchmarks,
+    analyze,
+    assignor,
+    consumer,
+    out_option,
+    partlog,
+    scale,
+    size_option,
+)
 from zkcoord.cli.common import ZkCoordGroup
 
 
@@ -141,6 +150,7 @@ def rebalance(
 
 
 bench.add_command(partlog)
+bench.add_command(assignor)
 bench.add_command(consumer)
 bench.add_command(analyze)
 bench.add_command(scale)

@@ -1,5 +1,5 @@
-"""``zkcoord bench partlog|consumer|analyze|scale`` and ``zkcoord bench all``: every benchmark but ``rebalance``
-(:mod:`zkcoord.cli.bench_cmd`), each a thin layer over its module in :mod:`zkcoord.bench`.
+"""``zkcoord bench partlog|assignor|consumer|analyze|scale`` and ``zkcoord bench all``: every benchmark but
+``rebalance`` (:mod:`zkcoord.cli.bench_cmd`), each a thin layer over its module in :mod:`zkcoord.bench`.
 
 Each command takes ``--size small|medium|large`` (a preset, :data:`zkcoord.bench.common.PRESETS`; an option given
 explicitly overrides it) and ``--out`` (default ``bench-results/NAME.json``).  Bad settings are one ``Error:`` line
@@ -149,6 +149,34 @@ def consumer(
             scratch=scratch,
             zk_fsync=not zk_no_fsync,
         )
+
+
+@click.command()
+@size_option
+@click.option(
+    "--members", type=click.IntRange(2, 1_000_000), help=f"After the join  {preset_help('assignor', 'members')}"
+)
+@click.option("--ratio", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Partitions per member.")
+@click.option(
+    "--topics",
+    callback=_sizes,
+    metavar="N[,N...]",
+    help=f"Topic counts, a row each  {preset_help('assignor', 'topics')}",
+)
+@click.option(
+    "--repeats", type=click.IntRange(1, 10_000), help=f"Timed calls per row  {preset_help('assignor', 'repeats')}"
+)
+@out_option("assignor")
+def assignor(
+    size: str, members: int | None, ratio: int, topics: tuple[int, ...] | None, repeats: int | None, out: Path | None
+) -> None:
+    """The uniform assignor's time for one join into a group (KIP-848's server-side assignor), beside Kafka's JMH
+    figure for the same shape in Java (1.98 ms at 10 000 members x 10 partitions, 100 topics)."""
+    from zkcoord.bench.assignor import bench_assignor  # noqa: PLC0415
+
+    chosen = preset("assignor", size, {"members": members, "topics": topics, "repeats": repeats})
+    with interruptible():
+        bench_assignor(chosen["members"], ratio, chosen["topics"], chosen["repeats"], out or default_out("assignor"))
 
 
 @click.command()
