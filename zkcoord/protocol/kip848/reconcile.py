@@ -65,28 +65,22 @@ def reconcile(
     target = PartitionSet.of(target_partitions)
     owned_set = None if owned is None else PartitionSet.of(owned)
     state = current.state
-    if state is MemberState.STABLE:
-        if current.member_epoch == target_epoch:
-            return current
-        after = _next(
-            current, current.member_epoch, target_epoch, target, owned=owned_set, partition_epoch=partition_epoch
-        )
-    elif state is MemberState.UNREVOKED_PARTITIONS:
-        if owned_set is None or not owned_set.isdisjoint(current.pending_revocation):
-            return current  # it has not acknowledged the revocation yet
-        after = _next(
-            current, current.member_epoch, target_epoch, target, owned=owned_set, partition_epoch=partition_epoch
-        )
-    elif state is MemberState.UNRELEASED_PARTITIONS:
-        after = _next(
-            current, current.member_epoch, target_epoch, target, owned=owned_set, partition_epoch=partition_epoch
-        )
-    else:
+    epoch = current.member_epoch
+    if state is MemberState.STABLE and epoch == target_epoch:
+        return current
+    if state is MemberState.UNREVOKED_PARTITIONS and (
+        owned_set is None or not owned_set.isdisjoint(current.pending_revocation)
+    ):
+        return current  # it has not acknowledged the revocation yet
+    if state is MemberState.UNKNOWN:
         if owned_set is None or owned_set:
             raise FencedMemberEpochError(
                 "the member is in a state this release does not know: it must abandon all its partitions and rejoin"
             )
-        after = _next(current, target_epoch, target_epoch, target, owned=owned_set, partition_epoch=partition_epoch)
+        epoch = target_epoch
+    # STABLE at another epoch, UNREVOKED_PARTITIONS acknowledged, UNRELEASED_PARTITIONS (re-check what was freed),
+    # or UNKNOWN owning nothing: compute the next assignment
+    after = _next(current, epoch, target_epoch, target, owned=owned_set, partition_epoch=partition_epoch)
     if after == current:
         return current
     check_transition(current, after, target_epoch, target)
