@@ -88,6 +88,8 @@ def test_a_target_is_assembled_from_the_epochs_and_every_members_record() -> Non
     target = TargetAssignment.assemble(epochs, {"m1": MemberTarget(8, P(a=[0])), "m2": MemberTarget(5, P(a=[1]))})
     assert target == TargetAssignment(8, {"m1": P(a=[0]), "m2": P(a=[1])})
     assert target.of("m3") == P()
+    with pytest.raises(TypeError):
+        target.members["m3"] = P(a=[2])  # type: ignore[index]
     with pytest.raises(CodecError, match="ahead of assignment epoch"):
         TargetAssignment.assemble(epochs, {"m1": MemberTarget(9, P(a=[0]))})
     with pytest.raises(CodecError, match="in the targets of both"):

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import pairwise
+from types import MappingProxyType
 from typing import Any, Self, TypeVar
 
 from zkcoord.errors import CodecError, InvalidNameError
@@ -237,7 +238,7 @@ class TargetAssignment:
                 other = holder.setdefault(tp, member)
                 if other != member:
                     raise ValueError(f"partition {tp[0]}/{tp[1]} is in the targets of both {other!r} and {member!r}")
-        object.__setattr__(self, "members", members)
+        object.__setattr__(self, "members", MappingProxyType(members))  # read-only, as the record is frozen
 
     def __hash__(self) -> int:
         return hash((self.epoch, frozenset(self.members.items())))
