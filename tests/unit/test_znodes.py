@@ -20,6 +20,7 @@ from zkcoord.layout.commands import (
     encode_acknowledged,
 )
 from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner, encode_owner
+from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberTarget
 from zkcoord.layout.registrations import (
     MAX_POLL_INTERVAL_MS,
     BrokerRegistration,
@@ -297,6 +298,33 @@ def test_arbitrary_bytes_never_crash_a_decoder(data: bytes) -> None:
         Command.decode,
     ):
         with contextlib.suppress(CodecError):
+            decode(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        # Python refuses to convert a number this long (ValueError, not a JSON error)
+        (b'{"version":1,"epoch":1' + b"0" * 5000 + b"}", "too long"),
+        # the JSON decoder recurses once per level (RecursionError); a znode holds up to 1 MB of them
+        (b"[" * 200_000 + b"]" * 200_000, "nested too deep"),
+        (b'{"version":true}', "unsupported version True"),  # True == 1 in Python
+        (b'{"version":1.0}', "unsupported version 1.0"),
+    ],
+)
+def test_json_a_parser_chokes_on_is_refused_by_every_decoder(data: bytes, reason: str) -> None:
+    for decode in (
+        BrokerRegistration.decode,
+        TopicAssignment.decode,
+        CoordinatorInfo.decode,
+        MemberRegistration.decode,
+        Command.decode,
+        GroupState.decode,
+        CurrentAssignment.decode,
+        GroupEpochs.decode,
+        MemberTarget.decode,
+    ):
+        with pytest.raises(CodecError, match=reason):
             decode(data)
 
 

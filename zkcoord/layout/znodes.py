@@ -39,10 +39,17 @@ def load_object(what: str, data: bytes | None, path: str | None) -> dict[str, An
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CodecError(what, f"not JSON ({e})", path) from e
+    except ValueError as e:
+        # Python's own limit on converting a number (4300 digits): valid JSON, but no field of ours is near it
+        raise CodecError(what, "a number too long to be any field", path) from e
+    except RecursionError as e:
+        # the decoder recurses once per nesting level, and a znode holds a megabyte of brackets
+        raise CodecError(what, "nested too deep", path) from e
     if not isinstance(obj, dict):
         raise CodecError(what, f"expected a JSON object, got {type(obj).__name__}", path)
     version = obj.get("version")
-    if version != FORMAT_VERSION:
+    # `type() is int`: True and 1.0 equal 1 in Python, but are not the version this release writes
+    if type(version) is not int or version != FORMAT_VERSION:
         raise CodecError(what, f"unsupported version {version!r} (this release reads version {FORMAT_VERSION})", path)
     return obj
 
