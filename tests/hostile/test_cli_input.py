@@ -106,6 +106,13 @@ CASES: list[tuple[str, list[str], str]] = [
         ["consume", "--group", "g", "-t", "t", "--max-poll-interval", "0", "--zk", "{zk}"],
         "max poll interval must be within 1..86400 s",
     ),
+    # group configs: refused before anything is written
+    ("config-unknown-key", ["group", "config", "set", "g", "colour=red", "--zk", "{zk}"], "unknown group config key"),
+    ("config-bad-value", ["group", "config", "set", "g", "max.size=-1", "--zk", "{zk}"], "max.size must be an integer"),
+    ("config-huge-value", ["group", "config", "set", "g", "max.size=99999999999999999999", "--zk", "{zk}"], "1..2147"),
+    ("config-not-a-pair", ["group", "config", "set", "g", "max.size", "--zk", "{zk}"], "expected KEY=VALUE"),
+    ("config-no-pair", ["group", "config", "set", "g", "--zk", "{zk}"], "Missing argument"),
+    ("config-delete-unknown", ["group", "config", "delete", "g", "colour", "--zk", "{zk}"], "unknown group config"),
     ("produce-missing-topic", ["produce", "nosuch", "--zk", "{zk}", "--data-dir", "{data}"], "does not exist"),
     # huge and negative numbers
     ("partitions-huge", ["topic", "create", "big", "-p", "99999999999999999999", "--zk", "{zk}"], "between 1"),

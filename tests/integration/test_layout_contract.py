@@ -1,9 +1,10 @@
 """``docs/zookeeper-layout.md`` is a contract: every znode a live cluster writes is in it, with the documented kind.
 
 The test reads the layout's trees out of the document itself, starts a real cluster (a broker hosting the
-coordinator, an eager and an incremental coordinator group, a Kafka 0.8 ``zk-client`` group and a group migrating
-from one to the other, a producer), makes the coordinator leave a command unacknowledged in the channel of a paused
-consumer (commands are otherwise deleted within milliseconds), and walks the whole tree:
+coordinator, an eager and an incremental coordinator group, the latter with a dynamic config set by ``zkcoord group
+config``, a Kafka 0.8 ``zk-client`` group and a group migrating from one to the other, a producer), makes the
+coordinator leave a command unacknowledged in the channel of a paused consumer (commands are otherwise deleted within
+milliseconds), and walks the whole tree:
 
 * every znode matches one documented path (the most specific one, literal names before ``<placeholders>``);
 * a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import run_cli
 from tests.integration.test_consumer_e2e import Run
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
@@ -149,6 +151,8 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     producer = run.producer("t", 2_000, 2_000)
     run.consumer("eager", "t")
     run.consumer("incr", "t", extra=("--rebalance", "incremental"))
+    configured = run_cli("group", "config", "set", "incr", "assignor=uniform", "--zk", run.hosts)
+    assert configured.returncode == 0, configured.stderr
     run.consumer("old", "t", extra=("--protocol", "zk-client"))
     run.consumer("mig", "t", extra=("--protocol", "zk-client"))
     run.consumer("mig", "t", extra=("--migrating",))

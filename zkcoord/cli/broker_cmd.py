@@ -25,7 +25,8 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
     type=click.Choice(sorted(ASSIGNORS)),
     default="range",
     show_default=True,
-    help="Partition assignor of eager groups (sticky is an alias of uniform); incremental groups always use uniform.",
+    help="Partition assignor of eager groups (sticky is an alias of uniform); incremental groups use uniform. A "
+    "group's dynamic config (zkcoord group config set GROUP assignor=...) overrides it for that group.",
 )
 @click.option(
     "--rebalance-timeout",
@@ -33,7 +34,8 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
     default=10.0,
     show_default=True,
     help="Seconds a rebalance phase waits for every acknowledgement; a phase that stops members waits this plus the "
-    "longest poll interval they publish (consume --max-poll-interval).",
+    "longest poll interval they publish (consume --max-poll-interval). A group's rebalance.timeout.ms (zkcoord group "
+    "config) replaces it for that group.",
 )
 @click.option(
     "--max-rebalance-retries", type=click.IntRange(0, 100), default=4, show_default=True, help="Retries per rebalance."

@@ -1,4 +1,5 @@
-"""``zkcoord group list|describe``: read-only views of consumer groups, like ``kafka-consumer-groups.sh --describe``.
+"""``zkcoord group list|describe``: read-only views of consumer groups, like ``kafka-consumer-groups.sh --describe``
+(and ``zkcoord group config``, the groups' dynamic configs: :mod:`zkcoord.cli.group_config_cmd`).
 
 Output contract: ``--json`` prints exactly one JSON object on stdout (``GroupDescription.to_json()`` or
 ``{"groups": [...]}``), with the problems found inside it.  Otherwise stdout holds the tables and every problem (a
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import click
 
+from zkcoord.admin.group_config import read_config
 from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, PartitionView, consumer_of, describe_group
 from zkcoord.admin.groups import list_groups as read_groups
 from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
+from zkcoord.cli.group_config_cmd import config, config_lines, effective_config
 from zkcoord.layout.names import validate_group
 from zkcoord.layout.registrations import Pattern
 from zkcoord.zk import ZkClient
@@ -26,7 +29,11 @@ from zkcoord.zk import ZkClient
 
 @click.group(cls=ZkCoordGroup)
 def group() -> None:
-    """List and describe consumer groups (/consumers/groups; read-only)."""
+    """List and describe consumer groups (/consumers/groups); get, set and delete their dynamic configs
+    (/config/groups)."""
+
+
+group.add_command(config)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -95,8 +102,8 @@ def _partition_row(p: PartitionView) -> list[str]:
     return [p.topic, str(p.partition), owner, _dash(p.committed), _dash(p.log_end), lag]
 
 
-def _print_description(d: GroupDescription) -> None:
-    for line in _header(d):
+def _print_description(d: GroupDescription, config: list[str]) -> None:
+    for line in [*_header(d), *config]:
         click.echo(line)
     click.echo()
     owned = Counter(consumer_of(p.owner) for p in d.partitions if p.owner is not None)
@@ -143,13 +150,16 @@ def _print_resets(d: GroupDescription) -> None:
 @zk_options
 @data_dir_option
 def describe(name: str, as_json: bool, zk: str, session_timeout: float, data_dir: Path | None) -> None:
-    """Show GROUP: its state, members, and per partition the owner, committed offset, log end and lag."""
+    """Show GROUP: its state, its dynamic config in effect, its members, and per partition the owner, committed
+    offset, log end and lag."""
     validate_group(name)  # before connecting: a typo is refused even when ZooKeeper is down
     with ZkClient(zk_config(zk, session_timeout), name="group-describe") as client:
         description = describe_group(client, name, resolve_data_dir(data_dir))
+        section = effective_config(description, read_config(client, name))
+    problems = [*description.problems, *([section["problem"]] if section["problem"] else [])]
     if as_json:
-        echo_json(description.to_json())
+        echo_json({**description.to_json(), "config": section, "problems": problems})
         return
-    _print_description(description)
-    for problem in description.problems:
+    _print_description(description, config_lines(name, section))
+    for problem in problems:
         click.echo(f"warning: {problem}", err=True)

@@ -105,9 +105,10 @@ class Attempt:
 
 def phase_timeout_s(attempt: Attempt, base_s: float) -> float:
     """How long the current step of ``attempt`` waits for its acknowledgements before the attempt is retried:
-    ``base_s`` (the coordinator's ``rebalance_timeout_s``) plus, when the step sends stop-fetchers (eager stop,
-    incremental stop, hand-over), the longest poll interval that the members told to stop published in their
-    registrations (Kafka's rebalance timeout is its members' ``max.poll.interval.ms``).
+    ``base_s`` (the group's ``rebalance.timeout.ms`` if its config sets one, else the coordinator's
+    ``rebalance_timeout_s``) plus, when the step sends stop-fetchers (eager stop, incremental stop, hand-over), the
+    longest poll interval that the members told to stop published in their registrations (Kafka's rebalance timeout
+    is its members' ``max.poll.interval.ms``).
 
     A stop is acknowledged once its member's application has finished its batch and run its revoke callback, which
     may take up to its poll interval; a start is not held by the application, so a start-only step waits ``base_s``.

@@ -139,8 +139,9 @@ class Coordinator:
     DRAIN = 1000
 
     def _run(self) -> None:
-        """The worker: handle every queued event (up to :attr:`DRAIN`), fire due timers, list the groups whose
-        members changed (one pipelined burst for all of them), then start queued rebalances."""
+        """The worker: handle every queued event (up to :attr:`DRAIN`), fire due timers, read the group configs
+        that changed, list the groups whose members changed (one pipelined burst for all of them), then start queued
+        rebalances."""
         self.post(Event("elect"))
         while True:
             timeout = None
@@ -157,6 +158,7 @@ class Coordinator:
                     return
                 self._step(self._dispatch, event)
             self._step(self._fire_timers)
+            self._step(self._refresh_configs)
             self._step(self._refresh_members)
             self._step(self._pump)
 
@@ -213,6 +215,10 @@ class Coordinator:
             self.watchers.on_members_watch(event.name, event.data)
         elif event.kind == "legacy-members":
             self.request(event.group, "zk-client membership change")
+        elif event.kind == "configs":
+            self.watchers.configs.on_listing_watch()
+        elif event.kind == "config":
+            self.watchers.configs.on_config_watch(event.name)
         elif event.kind == "ack" and self.rebalancer is not None:
             self.rebalancer.on_ack(event.data)
 
@@ -226,6 +232,10 @@ class Coordinator:
         while self._timers and self._timers[0][0] <= now:
             _, _, action = heapq.heappop(self._timers)
             action()
+
+    def _refresh_configs(self) -> None:
+        if self.role is Role.COORDINATOR and not self.suspended:
+            self.watchers.configs.refresh()
 
     def _refresh_members(self) -> None:
         if self.role is Role.COORDINATOR and not self.suspended:

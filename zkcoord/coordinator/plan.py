@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from zkcoord.errors import ConfigurationError
+from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, uniform_assign
@@ -71,6 +72,10 @@ class Plan:
     #: the members fetch now (:func:`still_held`), and, from a STABLE state, the rebalance may move only what changes
     #: (see :func:`moves`)
     incremental: bool = False
+    #: the group's dynamic config the plan was made with (an attempt keeps it to its end: its steps' timeouts)
+    config: GroupConfig = field(default_factory=GroupConfig)
+    #: members beyond the config's ``max.size`` (:func:`admitted`): given nothing
+    excluded: tuple[str, ...] = ()
 
 
 def necessity(
@@ -102,12 +107,22 @@ def necessity(
     return None  # 3.5
 
 
-def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> Plan:
-    """Compute the target assignment for ``snapshot`` and decide whether a rebalance is necessary."""
+def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str, config: GroupConfig | None = None) -> Plan:
+    """Compute the target assignment for ``snapshot`` and decide whether a rebalance is necessary.
+
+    ``assignor`` is the coordinator's, for eager groups; ``config`` the group's dynamic config
+    (``/config/groups/<g>``), whose ``assignor`` replaces it (and uniform, for incremental groups) and whose
+    ``max.size`` leaves the last registered members out (:func:`admitted`).  Neither applies to a migrating group:
+    its zk-client members compute the assignment over every member with their own assignor, and must agree.
+    """
+    config = config or GroupConfig()
     notes: list[tuple[str, str]] = []
     subscriptions: dict[str, dict[str, int]] = {}
-    everyone = {**snapshot.legacy, **snapshot.members}
+    in_plan, excluded = admitted(snapshot, config)
+    everyone = {**snapshot.legacy, **{cid: m for cid, m in snapshot.members.items() if cid not in excluded}}
     if snapshot.legacy:
+        if not config.empty:
+            notes.append(("group config", "not applied while zk-client members compute the assignment too"))
         # A member without --migrating takes no 0.8 owner znodes and the zk-client members do not count it: given
         # partitions, it would fetch beside them.  It gets none until the zk-client members are gone.
         for cid, member in sorted(snapshot.members.items()):
@@ -121,12 +136,13 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         subscriptions[cid] = resolved
     partitions = {t: topics[t] for subs in subscriptions.values() for t in subs}
     incremental = incremental_group(snapshot)
-    used = "uniform" if incremental else assignor
+    used = assignor if snapshot.legacy else config.assignor or ("uniform" if incremental else assignor)
     try:
-        if incremental:
+        if incremental and used == "uniform":
+            # Sticky to what the members fetch now (entries of a member given nothing, as an excluded one, are free).
             target = uniform_assign(subscriptions, partitions, previous=still_held(snapshot))
         else:
-            target = get_assignor(assignor)(subscriptions, partitions)
+            target = get_assignor(used)(subscriptions, partitions)
     except ConfigurationError as e:
         # Kafka fails the whole rebalance here; a coordinator serving many groups falls back and says why.
         notes.append(("assignor", f"{e}; falling back to range"))
@@ -137,7 +153,7 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         everything = sum(len(parts) for parts in target.values())
         target = restrict(target, snapshot.members)
         legacy_partitions = everything - sum(len(parts) for parts in target.values())
-    members = {cid: m.incarnation for cid, m in snapshot.members.items()}
+    members = {cid: m.incarnation for cid, m in snapshot.members.items() if cid in in_plan}
     members.update(unreadable_holders(snapshot))  # stopped with everyone, given nothing
     legacy = {cid: m.incarnation for cid, m in snapshot.legacy.items()}
     reason = necessity(snapshot, members, target, legacy)
@@ -153,7 +169,33 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str) -> P
         legacy=legacy,
         legacy_partitions=legacy_partitions,
         incremental=incremental,
+        config=config,
+        excluded=tuple(excluded),
     )
+
+
+def admitted(snapshot: GroupSnapshot, config: GroupConfig) -> tuple[set[str], list[str]]:
+    """The members of the rebalance, and those of them beyond ``max.size`` (:meth:`GroupConfig.over_max_size`:
+    the last registered), which are given nothing (Kafka's GROUP_MAX_SIZE_REACHED).
+
+    An excluded member stays a member of the rebalance -- stopped before anything moves, sent its (empty) start --
+    while it may be fetching or was told it has nothing: while the registry names it, or the state records its
+    incarnation (it was a member of the last rebalance).  One that joins beyond the maximum is left out, as an
+    unreadable registration holding nothing is: its join changes nothing, so no rebalance is started for it and it
+    hears nothing until a place frees up (a member leaves, ``max.size`` is raised), which is a membership change.
+    Not applied to a migrating group (see :func:`plan`); unreadable registrations are not counted (they are given
+    nothing anyway).
+    """
+    everyone = set(snapshot.members)
+    if snapshot.legacy:
+        return everyone, []
+    excluded = config.over_max_size({cid: m.incarnation for cid, m in snapshot.members.items()})
+    if not excluded:
+        return everyone, []
+    recorded = snapshot.state.members if snapshot.state is not None else {}
+    named = {thread.rsplit("-", 1)[0] for parts in snapshot.owners.values() for thread in parts.values()}
+    waiting = {cid for cid in excluded if cid not in named and recorded.get(cid) != snapshot.members[cid].incarnation}
+    return everyone - waiting, excluded
 
 
 def incremental_group(snapshot: GroupSnapshot) -> bool:
@@ -252,7 +294,7 @@ class Moves:
         return handed == revoked and not set(self.revoke) & self.gain
 
 
-def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
+def moves(snapshot: GroupSnapshot, target: Assignment, members: Iterable[str] | None = None) -> Moves:
     """The difference between what the members fetch now (:func:`still_held`) and ``target``, by member.
 
     Revoking before assigning, per partition, is what keeps S2 in an incremental rebalance: a partition in
@@ -263,6 +305,8 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
     Every joiner gets a start-fetcher, even with nothing in it: without one, a member that joins a group with more
     members than partitions could never tell "joined, nothing for me" from "still joining" (Kafka calls
     ``onPartitionsAssigned`` with an empty collection).  Members that neither gain nor join hear nothing.
+    ``members``: the plan's members (default: the snapshot's); a joiner left out of the plan (one beyond
+    ``max.size``: :func:`admitted`) hears nothing.
     """
     held = still_held(snapshot)
     revoke: dict[str, dict[str, list[int]]] = {}
@@ -286,7 +330,7 @@ def moves(snapshot: GroupSnapshot, target: Assignment) -> Moves:
             if loser is not None and gainer is not None and new is not None:
                 handover.setdefault(loser, {}).setdefault(topic, {})[p] = new
                 awaiting.setdefault(gainer, {}).setdefault(topic, []).append(p)
-    gain |= joiners(snapshot)
+    gain |= joiners(snapshot) & set(snapshot.members if members is None else members)
     return Moves(
         {cid: {t: tuple(ps) for t, ps in topics.items()} for cid, topics in revoke.items()},
         frozenset(gain),

@@ -63,6 +63,7 @@ from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
 from zkcoord.errors import CodecError, FencedError, ZkError
 from zkcoord.layout import paths
+from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.protocol.assignors import moved_partitions
@@ -89,6 +90,7 @@ class Rebalancer:
         *,
         schedule: Schedule,
         topics: Callable[[], Mapping[str, int]],
+        group_config: Callable[[str], GroupConfig] = lambda _group: GroupConfig(),
         ack_watch: Callable[[WatchEvent], None] | None = None,
         member_watch: Callable[[WatchEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -100,6 +102,10 @@ class Rebalancer:
         self.journal = journal
         self.schedule = schedule
         self.topics = topics
+        #: each group's dynamic config as last read (``/config/groups/<g>``: :mod:`~.group_configs`)
+        self.group_config = group_config
+        #: by group, the members beyond its ``max.size`` last journalled (``group.max_size_reached`` once per change)
+        self.excluded: dict[str, tuple[str, ...]] = {}
         #: the one-shot watch set on a registration that cannot be decoded (the members watch: it only enqueues)
         self.member_watch = member_watch
         self.clock = clock
@@ -176,7 +182,7 @@ class Rebalancer:
             # Fences off (the demo's contrast): a coordinator that knows nothing of a migration, as one written
             # without it would be -- it plans over its own members only, beside the zk-client members.
             read = dataclasses.replace(read, snapshot=dataclasses.replace(read.snapshot, legacy={}), migrating=False)
-        planned = plan(read.snapshot, self.topics(), self.config.assignor)
+        planned = plan(read.snapshot, self.topics(), self.config.assignor, self.group_config(group))
         wanted = planned.necessary or self.retries.get(group, 0) != 0
         if wanted and (planned.members or read.snapshot.state is not None) and not room:
             return Begun.DEFERRED
@@ -185,7 +191,7 @@ class Rebalancer:
             self.migrating.add(group)
         else:
             self.migrating.discard(group)
-        report_input(self.journal, read, planned)
+        report_input(self.journal, read, planned, self.excluded)
         if not wanted:
             self.metrics.rebalances_skipped += 1
             self.group_state[group] = "stable" if planned.members else "empty"
@@ -200,7 +206,7 @@ class Rebalancer:
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
         if self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
-            attempt.moves = moves(read.snapshot, planned.target)
+            attempt.moves = moves(read.snapshot, planned.target, planned.members)
             if attempt.moves.revoke and attempt.moves.one_step:
                 attempt.step = Step.HANDOVER
         # The version the stop phase writes over (a resume in which no batch landed starts from it again).

@@ -219,7 +219,8 @@ class Sender:
                 generation=attempt.generation,
                 partitions=partitions,
             )
-        attempt.timeout_s = phase_timeout_s(attempt, self.config.rebalance_timeout_s)
+        base_s = attempt.plan.config.rebalance_timeout_s(self.config.rebalance_timeout_s)  # the group's, if set
+        attempt.timeout_s = phase_timeout_s(attempt, base_s)
         self.schedule(attempt.timeout_s, attempt.group, attempt.token)
         if attempt.step is Step.HANDOVER and created:
             fault_point("coordinator.mid_handover", self.journal)  # written and journalled, nothing acknowledged

@@ -139,6 +139,7 @@ class TermKeeper:
             journal,
             schedule=host.schedule_group,
             topics=lambda: watchers.topics,
+            group_config=watchers.configs.get,
             ack_watch=watchers.new_watch("ack"),
             member_watch=watchers.members_watch,
             clock=host.clock,
@@ -149,11 +150,13 @@ class TermKeeper:
         host.schedule(host.config.metrics_interval_s, host.emit_metrics)
 
     def _startup(self, fence: Fence) -> None:
-        """Seed section A: sync, read topics and groups, request every group, register the watchers."""
+        """Seed section A: sync, read topics and groups, request every group, register the watchers.  The groups'
+        configs are read first, so that no group is planned without its own."""
         zk = self._host.zk
         zk.sync(paths.CONSUMERS)
         for path in paths.COMMON_PATHS:
             fence.ensure(path)
+        self._watchers.configs.load()
         self._watchers.watch_roots()
 
     def resign(self, reason: str) -> None:

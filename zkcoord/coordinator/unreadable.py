@@ -56,9 +56,24 @@ def watch_unreadable(
     return read
 
 
-def report_input(journal: Journal, read: ReadResult, planned: Plan) -> None:
-    """Journal what was refused or left out of the plan (S7), and each member planned without a registration."""
+def report_input(
+    journal: Journal, read: ReadResult, planned: Plan, excluded: dict[str, tuple[str, ...]] | None = None
+) -> None:
+    """Journal what was refused or left out of the plan (S7), each member planned without a registration, and the
+    members beyond the group's ``max.size`` when they differ from those last journalled (``excluded``, by group:
+    updated here).  Each examination of the group reports again, but for the members over ``max.size``."""
     group = planned.group
+    known = excluded if excluded is not None else {}
+    if planned.excluded != known.get(group, ()):
+        known[group] = planned.excluded
+        if planned.excluded:
+            journal.emit(
+                "group.max_size_reached",
+                group=group,
+                max_size=planned.config.max_size,
+                excluded=list(planned.excluded),
+                stopped=sorted(set(planned.excluded) & set(planned.members)),
+            )
     for path, reason in read.snapshot.rejected:
         journal.emit("input.rejected", what="znode", path=path, reason=reason)
         log.warning("group %s: ignoring %s: %s", group, path, reason)

@@ -1,5 +1,5 @@
-"""What the coordinator watches during a term (seed section C): the topics, the groups, each group's members, and the
-``zk-client`` members of migrating groups.
+"""What the coordinator watches during a term (seed section C): the topics, the groups, each group's members, the
+``zk-client`` members of migrating groups, and the groups' dynamic configs (:mod:`.group_configs`).
 
 :class:`Watchers` is owned by the :class:`~zkcoord.coordinator.core.Coordinator` and holds the term's view of the
 cluster (topics and their partition counts, groups, member listings, member registrations by group).
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from zkcoord.coordinator.events import Event
+from zkcoord.coordinator.group_configs import GroupConfigs
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.snapshot import Listing, forget_member, listing
 from zkcoord.data.topics import follow_partition_count
@@ -66,10 +67,13 @@ class Watchers:
         self.relist: set[str] = set()
         #: the term's one-shot watch on every group's ``ids`` (None while not coordinating)
         self.members_watch: Callable[[WatchEvent], None] | None = None
+        #: the groups' dynamic configs (``/config/groups``)
+        self.configs = GroupConfigs(host, self.new_watch, lambda: self.groups)
 
     def begin_term(self) -> None:
         """A term begins (worker, the term number already advanced): the members watch of this term."""
         self.members_watch = self.new_watch("members")
+        self.configs.begin_term()
 
     def watch_roots(self) -> None:
         """Watch the topics and the groups (worker): their first listings come as events."""
@@ -86,6 +90,7 @@ class Watchers:
         self.member_ids.clear()
         self.relist.clear()
         self.members_watch = None
+        self.configs.reset()
 
     # --- callbacks (kazoo threads: enqueue only) ------------------------------------------------------------------
 

@@ -22,6 +22,19 @@ CONFIG_GROUPS = "/config/groups"
 COMMON_PATHS = (BROKER_IDS, BROKER_TOPICS, GROUPS)
 
 
+def group_config(name: str) -> str:
+    """A group's dynamic configuration (:mod:`zkcoord.layout.group_config`); it may exist before, and outlive, the
+    group (seed 000: its life cycle is decoupled from the group's)."""
+    return f"{CONFIG_GROUPS}/{name}"
+
+
+def group_of_config(path: str) -> str | None:
+    """The group whose config path :func:`group_config` built, or None if ``path`` is not one."""
+    head = f"{CONFIG_GROUPS}/"
+    name = path[len(head) :] if path.startswith(head) else ""
+    return name if name and "/" not in name else None
+
+
 def coordinator_term(epoch: int) -> str:
     return f"{COORDINATOR_TERMS}/{epoch}"
 

@@ -113,6 +113,9 @@ EVENTS: dict[str, str] = {
     "consumer, topic, partition, thread, reason",
     "member.unreadable": "the coordinator cannot decode a live member's registration (given nothing; stopped first "
     "if it may be fetching): group, consumer, incarnation, stopped",
+    "group.config.changed": "a group's dynamic config (/config/groups/<g>) changed: group, config, previous",
+    "group.max_size_reached": "members of a group beyond its max.size are given nothing: group, max_size, excluded, "
+    "stopped",
     "registration.repaired": "a consumer found its registration changed or gone under its session and rewrote it: "
     "group, consumer, reason",
     "lease.expired": "a consumer's lease ran out; it hands out nothing until renewed: group, consumer, deadline_ms",
