@@ -130,6 +130,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     spark = [item for item in items if item.get_closest_marker("spark") is not None]
     for item in spark:
         item.add_marker(pytest.mark.xdist_group("spark"))
+        if item.get_closest_marker("timeout") is None:
+            # A module's shared analysis runs in its first test's setup; a timeout's signal in the middle of a py4j
+            # call garbles the gateway for every later test of the session (seen on a machine loaded by other
+            # work): give Spark's tests room rather than a cascade.
+            item.add_marker(pytest.mark.timeout(600))
     items[:] = spark + [item for item in items if item.get_closest_marker("spark") is None]
 
 

@@ -94,11 +94,12 @@ def test_a_group_consumes_everything_once_through_joins_leaves_and_growth(run: R
     consumers[0].signal(signal.SIGTERM)  # one leaves cleanly
     assert consumers[0].wait(20) == 0
     run.wait_members("g", 3)
-    admin.alter("a", 12)  # partitions added while producing
+    admin.alter("a", 12)  # partitions added while producing (if the first producers are still at it)...
+    producers.append(run.producer("a", 1_200, 1_200))  # ...and certainly by one started after it
     for p in producers:
         assert p.wait(60) == 0
     ledger = run.wait_consumed_all("g", {"a", "b"})
-    assert ledger.total_produced({"a", "b"}) == 50_000
+    assert ledger.total_produced({"a", "b"}) == 51_200
     assert any(tp == ("a", 11) for tp in ledger.produced)  # the new partitions were written to...
     assert ledger.consumed.get(("a", 11))  # ...and consumed
     assert ledger.duplicates() == {}, "a clean rebalance must duplicate nothing"
