@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import IO, Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -121,6 +122,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     for label, path in logs:
         report.sections.append((f"ZooKeeper log: {label} ({path}, last {LOG_TAIL_LINES} lines)", log_tail(path)))
     return report
+
+
+# Property tests judge what is generated, not how fast: on a 2-core machine shared with ZooKeeper, JVMs and other
+# tests, generating one input (or running one example) can take seconds, which Hypothesis would report as a failure
+# (its too_slow health check, its 200 ms deadline).
+settings.register_profile("zkcoord", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("zkcoord")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -55,10 +55,11 @@ def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5(tmp_pat
     broken = props["S2"]["count"] + props["S5"]["count"]
     assert broken > 0, f"the unsafe contrast broke neither S2 nor S5: {props}"
     # consumer-kill-after-revoke: the old order commits what poll() returned before the slow application finished
-    # it; killed then (it is behind its partitions, so in the middle of a batch), the rest of that batch is never
-    # processed by anyone.
+    # it; killed then (it is behind its partitions, so in the middle of a batch), the rest of that batch is lost --
+    # unless the contrast's own stale start-fetchers send a consumer back over those offsets (S4's after-crash
+    # duplicates), which happened in some runs (S3 11 in one, 0 in another).  So only the judgement on processed
+    # records is asserted here; the loss itself is pinned by tests/integration/test_app_contract_e2e.py.
     assert props["S3"]["judged_on"] == "processed", props["S3"]
-    assert props["S3"]["count"] > 0, f"the unsafe contrast lost nothing of the slow application's batch: {props}"
     assert (tmp_path / "demo" / "analysis" / "report.html").exists()
 
 
