@@ -21,7 +21,6 @@ import pytest
 from tests.integration.test_consumer import make, polling, produce
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
-from tests.zkutil import ZkFactory
 from zkcoord.consumer import Consumer, TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.testbed.procs import wait_until
@@ -30,12 +29,6 @@ from zkcoord.zkserver import ZkServer
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PER_PARTITION = 20
-
-
-@pytest.fixture
-def server(zk_factory: ZkFactory) -> ZkServer:
-    """A server of the test's own: stopped and started again on the same port and data."""
-    return zk_factory.server()
 
 
 @pytest.fixture

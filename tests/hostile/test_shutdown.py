@@ -22,7 +22,6 @@ from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
-from tests.zkutil import ZkFactory
 from zkcoord.admin.groups import describe_group, list_groups
 from zkcoord.bench.rebalance.cluster import WorkerProcess, child_env, tail
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
@@ -71,12 +70,6 @@ class Outage:
             self.server.start()
         else:
             self.server.resume()
-
-
-@pytest.fixture
-def server(zk_factory: ZkFactory) -> ZkServer:
-    """A server of the test's own: stopped and started again on the same port and data, or paused."""
-    return zk_factory.server()
 
 
 @pytest.fixture

@@ -366,13 +366,15 @@ class Consumer:
             positions = dict(offsets)
         else:  # partitions whose stop waits for this thread's next poll() are still ours: theirs too
             with self.core.handoff.moving:
-                positions = {**self.core.handoff.parked_positions(), **self.app.revoking, **self.fetcher.positions()}
+                parked = {tp: off for stop in self.core.handoff.parked() for tp, off in stop.positions.items()}
+                positions = {**parked, **self.app.revoking, **self.fetcher.positions()}
         return self.handler.commit(positions)
 
     def assignment(self) -> dict[TopicPartition, str]:
         """Partition -> the thread that owns it: those fetched, and those of a stop whose ``on_partitions_revoked``
         has not returned yet (still ours: Kafka's ``assignment()`` keeps them until then too).  Any thread."""
-        return {**self.core.handoff.parked_threads(), **self.app.revoking_threads, **self.fetcher.assignment()}
+        parked = {tp: thread for stop in self.core.handoff.parked() for tp, thread in stop.threads.items()}
+        return {**parked, **self.app.revoking_threads, **self.fetcher.assignment()}
 
     def pause(self) -> None:
         """Stop reading and handing out records (every partition, new ones too) until :meth:`resume`: the fetcher's

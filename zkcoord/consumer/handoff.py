@@ -136,24 +136,11 @@ class Handoff:
         with self._lock:
             self._due = deque(item for item in self._due if isinstance(item, ParkedStop))
 
-    def parked_positions(self) -> dict[TopicPartition, int]:
-        """The positions of the partitions of the stops waiting for the application (still ours until it ran their
-        callback: a commit covers them)."""
+    def parked(self) -> list[ParkedStop]:
+        """The stops waiting for the application, not cancelled: their partitions are still ours until it ran their
+        callback (a commit covers them, ``assignment()`` shows them)."""
         with self._lock:
-            out: dict[TopicPartition, int] = {}
-            for item in self._due:
-                if isinstance(item, ParkedStop) and not item.cancelled:
-                    out.update(item.positions)
-            return out
-
-    def parked_threads(self) -> dict[TopicPartition, str]:
-        """The partitions of the stops waiting for the application, with the thread that fetched each."""
-        with self._lock:
-            out: dict[TopicPartition, str] = {}
-            for item in self._due:
-                if isinstance(item, ParkedStop) and not item.cancelled:
-                    out.update(item.threads)
-            return out
+            return [item for item in self._due if isinstance(item, ParkedStop) and not item.cancelled]
 
     def pending(self) -> bool:
         with self._lock:
