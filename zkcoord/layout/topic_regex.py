@@ -45,8 +45,9 @@ The dialect, and why each construct is in or out (the engines' documentation: Py
   other letter is an error in Python and reserved in Java.
 * **Out, in classes**: ``[`` (Java reads a nested class, a union; Python a literal), ``&&`` (Java's intersection,
   Python's literals), ``^`` not first, ``]`` first (``[]a]``: escape it), an empty class, ``-`` other than first, last
-  or between two single characters (``[\\w-a]``: Python refuses, Java reads a literal ``-``), a shorthand as a range's
-  end, POSIX ``[:alpha:]`` (Java's ``\\p{Alpha}``, Python has neither).
+  or between two single characters (``[\\w-a]``: Python refuses, Java reads a literal ``-``), a range to an unescaped
+  ``-`` (``[a\\---]``: Python warns of a set difference to come), a shorthand as a range's end, POSIX ``[:alpha:]``
+  (Java's ``\\p{Alpha}``, Python has neither).
 * **Limits**: at most :data:`MAX_LENGTH` characters, :data:`MAX_NESTING` nested groups, repetition bounds up to
   :data:`MAX_REPEAT`: a topic name has at most 249 characters, and the parser's recursion stays bounded.  The empty
   pattern is refused: as a white list it matches no topic, as a black list every one -- either is a mistake.
@@ -333,6 +334,8 @@ class _Parser:
                     raise self.refuse("a range from a class shorthand or from an unescaped '-'")
                 self.pos += 1
                 at = self.pos
+                if self.peek() == "-":  # Python warns of a set difference '--' to come, and reads a range
+                    raise self.refuse("a range to an unescaped '-' (escape it as '\\-')")
                 high = self.member(False)
                 if high is None:
                     raise self.refuse("a range to a class shorthand", at)
