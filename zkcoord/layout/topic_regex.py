@@ -31,9 +31,10 @@ The dialect, and why each construct is in or out (the engines' documentation: Py
   meaning).
 * **Out: stacked repetitions** (Python refuses ``a{2}{3}``, Java reads it) and **possessive** ``*+ ++ ?+ {m,n}+``
   (Java's, and Python's only from 3.11) and **atomic groups** ``(?>...)``: they change what matches.
-* **Out: every other ``(?``**: lookaround ``(?= (?! (?<= (?<!`` (refused to keep matching a plain automaton's
-  business), inline flags ``(?i)`` (Python allows them only at the start and has ``a``/``L``/``u``, Java has
-  ``d``/``u``/``U`` and scoped forms anywhere), named groups ``(?P<n>`` (Python's) and ``(?<n>`` (Java's),
+* **Out: every other ``(?``**: lookaround ``(?= (?! (?<= (?<!`` (both have it, with different limits on what a
+  lookbehind may hold; out, so that the dialect stays what an automaton such as RE2 could run too), inline flags
+  ``(?i)`` (Python allows them only at the start and has ``a``/``L``/``u``, Java has ``d``/``u``/``U`` and scoped
+  forms anywhere), named groups ``(?P<n>`` (Python's) and ``(?<n>`` (Java's),
   comments ``(?#`` and conditionals ``(?(1)`` (Python's).
 * **Out: backreferences** ``\\1``: Java reads ``\\12`` as group 1 then ``2`` when there is no group 12, Python as
   group 12; ``\\0`` is octal in Java and NUL in Python.
