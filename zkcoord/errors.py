@@ -38,6 +38,16 @@ class InvalidNameError(ConfigurationError):
         super().__init__(f"invalid {kind} name {name!r}: {reason}")
 
 
+class TopicPatternError(ConfigurationError):
+    """A subscription's regex is outside the topic-pattern dialect (:mod:`zkcoord.layout.topic_regex`)."""
+
+    def __init__(self, pattern: str, reason: str) -> None:
+        self.pattern = pattern
+        self.reason = reason
+        shown = pattern if len(pattern) <= 60 else pattern[:60] + "..."
+        super().__init__(f"invalid regex {shown!r}: {reason} (the topic-pattern dialect: docs/consumer.md)")
+
+
 class CodecError(ZkCoordError):
     """Znode data that cannot be decoded or fails validation (S7: refused, never fatal)."""
 

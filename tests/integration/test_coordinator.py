@@ -252,12 +252,19 @@ def test_bad_input_is_refused_and_the_group_rebalanced_without_it(cluster: Clust
         b'{"version":1,"pattern":"white_list","subscription":{"(":1},"timestamp":"1"}',
         ephemeral=True,
     )
+    # Python compiles it (case-insensitive), Java may read it otherwise: outside the topic-pattern dialect
+    zk.create(
+        paths.member("g", "g_bad-4-deadbeef"),
+        b'{"version":1,"pattern":"white_list","subscription":{"(?i)T":1},"timestamp":"1"}',
+        ephemeral=True,
+    )
     zk.create(f"{paths.channel('g', good.consumer_id)}/garbage", b"?")  # an unexpected node in a channel
     other = cluster.consumer("h", {"t": 1})
     good.wait_for(lambda c: c.partitions() == {("t", 0), ("t", 1)})
     other.wait_for(lambda c: c.partitions() == {("t", 0), ("t", 1)})
     reasons = " | ".join(str(e.fields) for e in cluster.events("input.rejected"))
     assert "not JSON" in reasons and "unknown pattern" in reasons and "invalid regex" in reasons
+    assert "inline flags" in reasons
     assert "'missing-topic' does not exist" in reasons
     assert cluster.coordinator(1).role is Role.COORDINATOR
 

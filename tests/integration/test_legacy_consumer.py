@@ -366,6 +366,19 @@ def test_new_matching_topics_and_added_partitions_trigger_rebalances(env: Env) -
     assert env.events("legacy.rebalance.started", consumer=c.consumer_id, trigger="topic w-1 changed")
 
 
+def test_a_member_whose_regex_is_outside_the_dialect_is_left_out_and_reported(env: Env) -> None:
+    """A registration's regex outside the topic-pattern dialect makes it unreadable: Python would match ``(?i)W-.*``
+    case-insensitively where a Java reader (a 0.8 client, the analysis) may not, so no member counts it in."""
+    env.topic("w-1", 2)
+    bad = b'{"version":1,"pattern":"white_list","subscription":{"(?i)W-.*":1},"timestamp":"1"}'
+    env.admin.create(legacy_paths.member("g", "g_bad-1-deadbeef"), bad, ephemeral=True, makepath=True)
+    c = env.consumer(Subscription.whitelist("w-.*", 1))
+    everything = {TopicPartition("w-1", 0), TopicPartition("w-1", 1)}
+    wait_until(lambda: set(c.assignment()) == everything, 10, "w-1 wholly to the readable member")
+    reasons = [str(e.fields["reason"]) for e in env.events("input.rejected")]
+    assert any("outside the topic-pattern dialect" in r and "inline flags" in r for r in reasons), reasons
+
+
 def test_session_expiry_reregisters_and_the_group_converges_again(env: Env) -> None:
     env.topic("t", 4)
     a, b = env.consumer(), env.consumer()

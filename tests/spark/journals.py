@@ -212,6 +212,10 @@ def violations_run(run_dir: Path) -> Run:
     return r
 
 
+#: A member of :func:`damaged_run` whose black list is outside the topic-pattern dialect (it never fetches)
+OUTSIDE_MEMBER = "g_h-1000-00000009"
+OUTSIDE_DIALECT = "(?i)T"
+
 #: What :func:`damaged_run` does to the journal, as the analysis should count it.
 DAMAGE = {"truncated": 2, "malformed": 2, "newer_schema": 1, "unknown_event": 1, "incomplete": 1, "seq_gaps": 1}
 
@@ -234,6 +238,8 @@ def damaged_run(run_dir: Path) -> Run:
     b = r.consumers[B]
     line = {"v": 1, "ts": 1780, "mono": 1, "seq": b.seq + 1, "role": b.role, "pid": b.pid, "ev": "zk.state"}
     b.raw(json.dumps({**line, "state": "lost", "session": "0x2"}))  # complete JSON, but no newline: still torn
+    # a regex outside the topic-pattern dialect (Java reads the flag, so it compiles there): left out of S3, listed
+    r.register(1790, OUTSIDE_MEMBER, 206, {OUTSIDE_DIALECT: 1}, pattern="black_list")
     return r
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import DAMAGE, EXPECTED, clean_run, damaged_run, finish, violations_run
+from tests.spark.journals import DAMAGE, EXPECTED, OUTSIDE_DIALECT, clean_run, damaged_run, finish, violations_run
 from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
 from zkcoord.bench.analyze_python import python_verdict
 from zkcoord.runtime.journal import ReadStats, read_journal
@@ -95,6 +95,9 @@ def test_damage_is_skipped_and_counted_like_the_reference_reader(verdict: Verdic
     assert got == DAMAGE
     assert read.unknown_types == {"consumer.teleported": 1}
     assert all(p.count == 0 for p in damaged.properties), "damage that is skipped must not be mistaken for a violation"
+    # a subscription outside the topic-pattern dialect: listed, per run, and left out of S3 (not a crash)
+    assert damaged.property("S3").details["invalid_regexes"] == [OUTSIDE_DIALECT]
+    assert verdict.run("clean").property("S3").details["invalid_regexes"] == []
     # ...nor give a PASS: lines the checks should have used could not be (2 malformed, 1 incomplete, 1 newer)
     assert read.unusable == 4 and damaged.status == "INCONCLUSIVE" and not damaged.ok
     stats = ReadStats()

@@ -231,6 +231,16 @@ MALFORMED = [
     ),
     (
         MemberRegistration.decode,
+        b'{"version":1,"pattern":"black_list","subscription":{"(?i)abc":1},"timestamp":"1"}',
+        r"\(outside the topic-pattern dialect\): at position 0, inline flags",
+    ),
+    (
+        MemberRegistration.decode,
+        b'{"version":1,"pattern":"white_list","subscription":{"a,b":1},"timestamp":"1"}',
+        "TopicFilter",
+    ),
+    (
+        MemberRegistration.decode,
         b'{"version":1,"pattern":"static","subscription":{"a/b":1},"timestamp":"1"}',
         "illegal",
     ),

@@ -6,7 +6,7 @@ Spark aggregates every table per run in one job (long rows ``run, metric, value,
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,9 +87,12 @@ def _collect(parts: Sequence[DataFrame]) -> tuple[Rows, dict[str, dict[str, list
 
 
 def run_verdicts(
-    t: Tables, runs: Sequence[RunInput], reads: dict[str, ReadCounts], invalid_regexes: Sequence[str]
+    t: Tables, runs: Sequence[RunInput], reads: dict[str, ReadCounts], invalid_regexes: Mapping[str, Sequence[str]]
 ) -> list[RunVerdict]:
-    """Aggregate the tables per run (one Spark job) and judge S1-S5 (definitions in docs/analysis.md)."""
+    """Aggregate the tables per run (one Spark job) and judge S1-S5 (definitions in docs/analysis.md).
+
+    ``invalid_regexes``: per run, the regex subscriptions outside the topic-pattern dialect, which S3 left out.
+    """
     n = F.count(F.lit(1))
     parts = [
         metrics(t.terms, elections=n, regressions=F.count_if("epoch_regression"), max_epoch=F.max("epoch")),
@@ -152,10 +155,12 @@ def run_verdicts(
         ),
     ]  # fmt: skip
     numbers, shown = _collect(parts)
-    return [
-        _judge(run, reads[run.name], numbers.get(run.name, {}), shown.get(run.name, {}), invalid_regexes)
-        for run in runs
-    ]
+    verdicts = []
+    for run in runs:
+        name = run.name
+        refused = invalid_regexes.get(name, ())
+        verdicts.append(_judge(run, reads[name], numbers.get(name, {}), shown.get(name, {}), refused))
+    return verdicts
 
 
 def _judge(

@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from zkcoord.analysis.tables import PARTITION_KEYS, of
+from zkcoord.layout import topic_regex
 
 #: A time after every event: the loss point of a consumer that never deregistered.
 END_OF_TIME = (1 << 62) - 1
@@ -109,16 +110,18 @@ def subscribed_topics(registrations: DataFrame, topics: DataFrame, invalid: Sequ
     """``run, group, topic`` for every topic (``topics``: ``run, topic``) a group subscribes to.
 
     ``registrations`` are ``consumer.registered`` events: ``static`` subscriptions name topics; ``white_list`` and
-    ``black_list`` hold one Java regex that must match the whole topic name (``rlike '^(?:regex)$'``), a black list
-    subscribing to every topic it does not match.  A group subscribes to what any of its registrations subscribed.
-    Regexes listed in ``invalid`` (not valid Java regexes: matching them would fail the job) are left out.
+    ``black_list`` hold one regex of the topic-pattern dialect (:mod:`zkcoord.layout.topic_regex`, which Java and
+    the consumers' Python evaluate alike) that must match the whole topic name (``rlike '\\A(?:regex)\\z'``), a
+    black list subscribing to every topic it does not match.  A group subscribes to what any of its registrations
+    subscribed.  Regexes listed in ``invalid`` (outside the dialect: Java may mean something else by them than the
+    consumers did, or fail the job) are left out.
     """
     subs = registrations.select(
         "run", "group", "pattern", F.explode(F.map_keys("subscription")).alias("key")
     ).distinct()
     if invalid:
         subs = subs.where(~(F.col("pattern").isin("white_list", "black_list") & F.col("key").isin(*invalid)))
-    anchored: Column = F.regexp_like(F.col("topic"), F.concat(F.lit("^(?:"), F.col("key"), F.lit(")$")))
+    anchored = whole_name_match(F.col("topic"), F.col("key"))
     matches = (
         F.when(F.col("pattern") == "static", F.col("topic") == F.col("key"))
         .when(F.col("pattern") == "white_list", anchored)
@@ -128,11 +131,18 @@ def subscribed_topics(registrations: DataFrame, topics: DataFrame, invalid: Sequ
     return subs.join(topics.distinct(), "run").where(matches).select("run", "group", "topic").distinct()
 
 
+def whole_name_match(name: Column, pattern: Column) -> Column:
+    """Whether ``pattern`` (of the topic-pattern dialect) matches the whole of ``name``, as Java evaluates it: the
+    analysis' half of the agreement :mod:`zkcoord.layout.topic_regex` promises (the consumers' half is Python's)."""
+    before, after = topic_regex.JAVA_WHOLE
+    return F.regexp_like(name, F.concat(F.lit(before), pattern, F.lit(after)))
+
+
 def regex_keys(registrations: DataFrame) -> DataFrame:
-    """``pattern, key`` of every regex subscription, to validate before matching."""
+    """``run, pattern, key`` of every regex subscription, to validate before matching."""
     return (
         registrations.where(F.col("pattern").isin("white_list", "black_list"))
-        .select("pattern", F.explode(F.map_keys("subscription")).alias("key"))
+        .select("run", "pattern", F.explode(F.map_keys("subscription")).alias("key"))
         .distinct()
     )
 

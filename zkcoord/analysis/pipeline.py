@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no type information
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -27,6 +26,7 @@ from zkcoord.analysis.report import ReportData, render_report
 from zkcoord.analysis.schema import MAX_VERSION
 from zkcoord.analysis.session import DEFAULT_LOCAL_MASTER, get_spark, spark_errors
 from zkcoord.analysis.verdict import ReadCounts, RunVerdict, Verdict
+from zkcoord.layout import topic_regex
 
 Say = Callable[[str], None]
 _Result = tuple[list[RunVerdict], ReportData]
@@ -132,14 +132,16 @@ def _checkpoint(df: DataFrame) -> DataFrame:
     return df.localCheckpoint(eager=True)
 
 
-def _java_regex_ok(spark: SparkSession, regex: str) -> bool:
-    """Whether Java (which ``rlike`` uses) compiles ``regex``: an invalid one would fail the whole job."""
-    jvm = spark.sparkContext._jvm
-    try:
-        jvm.java.util.regex.Pattern.compile(f"^(?:{regex})$")  # type: ignore[union-attr]  # the JVM is up here
-    except Py4JError:
-        return False
-    return True
+def _refused_regexes(rows: Sequence[Any]) -> dict[str, list[str]]:
+    """Per run, the regex subscriptions (rows of :func:`checks.regex_keys`) outside the topic-pattern dialect: S3
+    leaves them out and lists them (Java could mean something else by them than the consumers did, or fail the job).
+    """
+    refused: dict[str, set[str]] = {}
+    for row in rows:
+        key = str(row["key"])
+        if topic_regex.refusal(key) is not None:
+            refused.setdefault(str(row["run"]), set()).add(key)
+    return {run: sorted(keys) for run, keys in refused.items()}
 
 
 def _partitions(runs: Sequence[load.RunInput]) -> int:
@@ -239,7 +241,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
     # S3 and S4 judge a group on what its application processed if it journals that, else on what it consumed.
     groups = consumption.processing_groups(processed_merged)
     judged_merged = consumption.judged(consumed_merged, processed_merged, groups)
-    invalid = [r for r in sorted({str(row["key"]) for row in regex_rows}) if not _java_regex_ok(spark, r)]
+    refused = _refused_regexes(regex_rows)
+    invalid = sorted({key for keys in refused.values() for key in keys})
     topics = produced.select("run", "topic").distinct()
     intervals, subscribed = _together(
         lambda: _checkpoint(tables.ownership(other, seen)),
@@ -301,7 +304,7 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         rebalances=disk["rebalances"],
         faults=disk["faults"],
     )
-    verdicts = run_verdicts(t, runs, i.reads, invalid)
+    verdicts = run_verdicts(t, runs, i.reads, refused)
     say("collecting report data")
     frames = {
         "intervals": intervals,

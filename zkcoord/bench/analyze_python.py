@@ -11,12 +11,12 @@ else on its ``records.consumed`` ranges; S2 on fetch intervals and ``records.con
 from __future__ import annotations
 
 import bisect
-import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zkcoord.layout import topic_regex
 from zkcoord.runtime.journal import read_journal
 
 
@@ -198,9 +198,11 @@ def _missing(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int
     topics = {t for t, _ in j.produced}
     for _ts, f in j.by["consumer.registered"]:
         for key in f["subscription"]:
+            pattern = f["pattern"]
+            if pattern != "static" and topic_regex.refusal(key) is not None:
+                continue  # outside the topic-pattern dialect: left out, as the Spark analysis does
             for t in topics:
-                match = re.fullmatch(key, t) is not None
-                pattern = f["pattern"]
+                match = pattern != "static" and topic_regex.fullmatch(key, t)
                 if {"static": t == key, "white_list": match, "black_list": not match}.get(pattern, False):
                     subs[f["group"]].add(t)
     missing: list[Key] = []

@@ -69,8 +69,16 @@ class _Status:
 @click.command()
 @click.option("--group", "-g", required=True, help="Consumer group.")
 @click.option("--topic", "-t", "topics", multiple=True, metavar="TOPIC[:THREADS]", help="Static subscription.")
-@click.option("--whitelist", metavar="REGEX", help="Subscribe to every topic whose whole name matches.")
-@click.option("--blacklist", metavar="REGEX", help="Subscribe to every topic whose name does not match.")
+@click.option(
+    "--whitelist",
+    metavar="REGEX",
+    help="Subscribe to every topic whose whole name matches (the topic-pattern dialect: docs/consumer.md).",
+)
+@click.option(
+    "--blacklist",
+    metavar="REGEX",
+    help="Subscribe to every topic whose whole name does not match (same dialect).",
+)
 @click.option("--threads", type=click.IntRange(1, 1024), default=1, show_default=True, help="Threads (wildcards).")
 @click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=500, show_default=True)
 @click.option(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from zkcoord.errors import ConfigurationError
+from zkcoord.layout import topic_regex
 from zkcoord.layout.legacy_paths import check_group
 from zkcoord.layout.names import validate_group, validate_topic
 from zkcoord.layout.registrations import MAX_POLL_INTERVAL_MS, MAX_THREADS, MemberRegistration, Pattern
@@ -25,7 +26,12 @@ Rebalance = Literal["eager", "incremental"]
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """Kafka 0.8's ``TopicCount``: static ``{topic: threads}``, or one ``white_list``/``black_list`` regex."""
+    """Kafka 0.8's ``TopicCount``: static ``{topic: threads}``, or one ``white_list``/``black_list`` regex.
+
+    A regex must be in the topic-pattern dialect (:mod:`zkcoord.layout.topic_regex`), which Python and Java evaluate
+    alike; it matches whole topic names.  Raises :class:`~zkcoord.errors.ConfigurationError` (a
+    :class:`~zkcoord.errors.TopicPatternError` for a regex outside the dialect).
+    """
 
     pattern: Pattern
     topics: Mapping[str, int]
@@ -53,11 +59,7 @@ class Subscription:
         if self.pattern is not Pattern.STATIC:
             if len(self.topics) != 1:
                 raise ConfigurationError("a wildcard subscription holds exactly one regex")
-            regex = next(iter(self.topics))
-            try:
-                re.compile(regex)
-            except re.error as e:
-                raise ConfigurationError(f"invalid regex {regex!r}: {e}") from e
+            topic_regex.check(next(iter(self.topics)))
 
     def registration(
         self,

@@ -5,19 +5,19 @@
 (:class:`MemberRegistration`), in Kafka 0.8's JSON where it had one (``docs/zookeeper-layout.md``).  Every ``decode``
 validates and raises :class:`~zkcoord.errors.CodecError` on anything malformed (S7).
 
-Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names` and
-:mod:`zkcoord.layout.znodes` (the shared format).
+Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names`,
+:mod:`zkcoord.layout.znodes` (the shared format) and :mod:`zkcoord.layout.topic_regex` (subscriptions' regexes).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Self
 
 from zkcoord.errors import CodecError, InvalidNameError
+from zkcoord.layout import topic_regex
 from zkcoord.layout.names import MAX_PARTITIONS, validate_topic
 from zkcoord.layout.znodes import (
     FORMAT_VERSION,
@@ -163,7 +163,9 @@ class MemberRegistration:
     """``/consumers/groups/<g>/ids/<consumerId>``: Kafka 0.8's consumer registration.
 
     ``subscription`` maps a topic (static) or a single regex (``white_list``/``black_list``) to a thread count.
-    Regexes are checked for syntax here; matching them against topics is the coordinator's business.
+    A regex must be in the topic-pattern dialect (:mod:`zkcoord.layout.topic_regex`): one outside it makes the
+    registration malformed, as Python and Java would not agree on what it covers.  Matching it against topics is
+    :mod:`zkcoord.protocol.subscriptions`' business.
 
     ``migrating`` marks a coordinator-protocol member of a group that still has ``zk-client`` members (live
     migration, ``docs/migration.md``); ``incremental`` says the member can be rebalanced incrementally (partial
@@ -224,10 +226,10 @@ class MemberRegistration:
             if len(sub) != 1:
                 raise CodecError(what, f"a {pattern.value} subscription holds exactly one regex", path)
             regex = next(iter(sub))
-            try:
-                re.compile(regex)
-            except re.error as e:
-                raise CodecError(what, f"invalid regex {regex!r}: {e}", path) from e
+            reason = topic_regex.refusal(regex)
+            if reason is not None:
+                why = f"invalid regex {regex[:60]!r} (outside the topic-pattern dialect): {reason}"
+                raise CodecError(what, why, path)
         migrating = obj.get("migrating", False)
         if not isinstance(migrating, bool):
             raise CodecError(what, "field 'migrating' must be a boolean", path)

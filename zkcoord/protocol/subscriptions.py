@@ -36,7 +36,12 @@ class Subscribing(Protocol):
 
 
 def matches(registration: Subscribing, topic: str) -> bool:
-    """Whether a wildcard registration covers ``topic`` (Java ``String.matches``: the whole name)."""
+    """Whether a wildcard registration covers ``topic`` (Java ``String.matches``: the whole name).
+
+    The regex is Python's to evaluate because it is in the topic-pattern dialect (``zkcoord.layout.topic_regex``),
+    on which Python and Java agree: a registration or a ``Subscription`` holding one outside it is refused before it
+    gets here.  (This package is independent of the layout, hence ``re`` here rather than that module's matcher.)
+    """
     regex = next(iter(registration.subscription))
     hit = re.fullmatch(regex, topic) is not None
     return hit if registration.pattern.value == WHITE_LIST else not hit
