@@ -33,6 +33,8 @@ class Seen:
     name: str
     command: Command | None
     error: str = ""
+    #: when it was applied, on this process's monotonic clock (to order two members' steps)
+    at_ns: int = field(default_factory=time.monotonic_ns)
 
 
 @dataclass

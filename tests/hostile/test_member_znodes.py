@@ -133,8 +133,12 @@ def test_our_id_taken_by_another_live_session_stops_the_member_until_it_is_gone(
     path = paths.member(GROUP, first)
     data, _ = run.zk.get(path)
     with ZkClient(ZkConfig.from_string(run.hosts)) as other:
-        run.zk.delete(path)
-        other.create(path, data, ephemeral=True)
+        # Delete and create in one transaction: done apart, the member noticed the deletion and registered again
+        # first (seen under load), and the test's create met its new registration.
+        txn = other.transaction()
+        txn.delete(path)
+        txn.create(path, data, ephemeral=True)
+        txn.commit()
 
         def displaced() -> bool:
             return any("not registered again" in str(e["reason"]) for e in _events(run, "registration.repaired"))
