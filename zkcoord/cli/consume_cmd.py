@@ -120,10 +120,12 @@ class _Status:
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: no stale-command check, no lease.")
 @click.option(
     "--protocol",
-    type=click.Choice(["coordinator", "zk-client"]),
+    type=click.Choice(["coordinator", "consumer", "zk-client"]),
     default="coordinator",
     show_default=True,
-    help="coordinator: the coordinator assigns partitions; zk-client: Kafka 0.8.2's client-side rebalance.",
+    help="coordinator: the coordinator assigns partitions (seed 002); consumer: KIP-848's consumer protocol, "
+    "each member reconciled on its own with group and member epochs (docs/protocol.md); zk-client: Kafka 0.8.2's "
+    "client-side rebalance.",
 )
 @click.option(
     "--migrating",
@@ -211,12 +213,14 @@ def consume(
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
         migrating=migrating,
-        rebalance="incremental" if rebalance == "incremental" else "eager",
+        rebalance="consumer" if protocol == "consumer" else "incremental" if rebalance == "incremental" else "eager",
         shutdown_timeout_s=shutdown_timeout,
         max_poll_interval_s=max_poll_interval,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
+    if rebalance == "incremental" and protocol == "consumer":
+        raise ConfigurationError("--rebalance is the coordinator protocol's (the consumer protocol is incremental)")
     if rebalance == "incremental" and protocol == "zk-client":
         raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
     if migrating and protocol == "zk-client":

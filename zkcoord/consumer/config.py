@@ -21,7 +21,7 @@ from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
 
 StartFrom = Literal["earliest", "latest"]
-Rebalance = Literal["eager", "incremental"]
+Rebalance = Literal["eager", "incremental", "consumer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,7 @@ class Subscription:
         *,
         migrating: bool = False,
         incremental: bool = False,
+        consumer_protocol: bool = False,
         max_poll_interval_ms: int | None = None,
     ) -> MemberRegistration:
         """The member znode's content for this subscription (``max_poll_interval_ms`` None: not published)."""
@@ -77,6 +78,7 @@ class Subscription:
             migrating=migrating,
             incremental=incremental,
             max_poll_interval_ms=max_poll_interval_ms,
+            consumer_protocol=consumer_protocol,
         )
 
 
@@ -107,7 +109,10 @@ class ConsumerConfig:
         offsets to both protocols' paths.
     :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
         (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
-        moves only the partitions that change owner, with KIP-848's uniform assignor; ``docs/protocol.md``).
+        moves only the partitions that change owner, with KIP-848's uniform assignor; ``docs/protocol.md``), or
+        ``consumer`` (KIP-848's consumer protocol, Kafka's ``group.protocol=consumer``: when every member speaks it,
+        the coordinator reconciles each member on its own, with group and member epochs; ``docs/protocol.md``,
+        "KIP-848").
     :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
         ``docs/consumer.md``, "Stopping").
     :param max_poll_interval_s: how long the application may take between two ``poll()`` calls (Kafka's
@@ -152,8 +157,10 @@ class ConsumerConfig:
         if self.start_from not in ("earliest", "latest"):
             raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
         check_policy(self.offset_reset)
-        if self.rebalance not in ("eager", "incremental"):
-            raise ConfigurationError(f"rebalance must be 'eager' or 'incremental', got {self.rebalance!r}")
+        if self.rebalance not in ("eager", "incremental", "consumer"):
+            raise ConfigurationError(f"rebalance must be 'eager', 'incremental' or 'consumer', got {self.rebalance!r}")
+        if self.rebalance == "consumer" and self.migrating:
+            raise ConfigurationError("a consumer-protocol member cannot be migrating (migration is the classic path's)")
         validate_timeout(self.shutdown_timeout_s)
         if not 1 <= self.max_poll_interval_s <= MAX_POLL_INTERVAL_MS / 1000:
             raise ConfigurationError(f"max poll interval must be within 1..86400 s, got {self.max_poll_interval_s}")

@@ -107,6 +107,7 @@ class ConsumerCore:
             self.wall_ms(),
             migrating=self.config.migrating,
             incremental=self.config.rebalance == "incremental",
+            consumer_protocol=self.config.rebalance == "consumer",
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
         )
         path = paths.member(self.config.group, self.consumer_id)

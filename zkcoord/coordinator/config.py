@@ -25,6 +25,9 @@ class CoordinatorConfig:
     :param max_concurrent: how many groups may be mid-rebalance at once (the rest wait in the request queue).
     :param examine_batch: how many queued groups are read together (pipelined across groups) before each is
         planned; a new coordinator re-examines every group in batches of this size.
+    :param fence_grace_s: how long a consumer-protocol member fenced for not revoking in time keeps its partitions
+        held unless it registers again first: ZooKeeper's longest session (``maxSessionTimeout``, 40 s by default),
+        past which its session has expired and its lease (S6) has stopped its fetching.
     :param unsafe_no_fencing: the ``--unsafe`` contrast of the demo: coordinator writes skip the epoch check.
         Never set it outside a demonstration.
     """
@@ -37,6 +40,7 @@ class CoordinatorConfig:
     max_concurrent: int = 64
     examine_batch: int = 200
     metrics_interval_s: float = 10.0
+    fence_grace_s: float = 40.0
     unsafe_no_fencing: bool = False
 
     def __post_init__(self) -> None:
@@ -54,5 +58,7 @@ class CoordinatorConfig:
             raise ConfigurationError(f"max concurrent rebalances must be within 1..10000, got {self.max_concurrent}")
         if not 1 <= self.examine_batch <= 10_000:
             raise ConfigurationError(f"examine batch must be within 1..10000, got {self.examine_batch}")
+        if not 0 <= self.fence_grace_s <= 3600:
+            raise ConfigurationError(f"fence grace must be within 0..3600 s, got {self.fence_grace_s}")
         if not 0.1 <= self.metrics_interval_s <= 3600:
             raise ConfigurationError(f"metrics interval must be within 0.1..3600 s, got {self.metrics_interval_s}")

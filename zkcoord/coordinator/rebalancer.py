@@ -56,6 +56,7 @@ from zkcoord.coordinator.acks import Acks
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.kip848.engine import TOKENS, Reconciler, speaks_consumer
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import moves, plan, registry_vouched
 from zkcoord.coordinator.sending import Sender
@@ -137,6 +138,19 @@ class Rebalancer:
             retry=self._retry,
             forget_channels=self._forget_channels,
         )
+        #: the consumer-protocol (KIP-848) groups: reconciled member by member, no attempts
+        self.kip848 = Reconciler(
+            zk,
+            writer,
+            config,
+            journal,
+            schedule=schedule,
+            topics=topics,
+            group_config=group_config,
+            ack_watch=ack_watch,
+            clock=clock,
+            wall_ms=wall_ms,
+        )
         #: writes each step (the stops, the hand-over, the starts, with the state)
         self.sending = Sender(
             zk,
@@ -178,6 +192,13 @@ class Rebalancer:
         if isinstance(read, ZkError):
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
             return Begun.SKIPPED
+        if speaks_consumer(read) and not self.writer.fence.unsafe:
+            self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
+            self.kip848.examine(group, read, trigger, requested_at)
+            model = self.kip848.models.get(group)
+            self.group_state[group] = "stable" if model is not None and model.stable() else "reconciling"
+            return Begun.SKIPPED
+        self.kip848.forget(group)
         if self.writer.fence.unsafe and read.migrating:
             # Fences off (the demo's contrast): a coordinator that knows nothing of a migration, as one written
             # without it would be -- it plans over its own members only, beside the zk-client members.
@@ -265,8 +286,10 @@ class Rebalancer:
         )
 
     def on_ack(self, event: WatchEvent) -> None:
-        """The watch on a command fired (:meth:`Acks.on_ack <zkcoord.coordinator.acks.Acks.on_ack>`)."""
-        self.acks.on_ack(event)
+        """The watch on a command fired (:meth:`Acks.on_ack <zkcoord.coordinator.acks.Acks.on_ack>`, or the
+        consumer-protocol engine's)."""
+        if not self.kip848.on_ack(event):
+            self.acks.on_ack(event)
 
     @property
     def unwatched(self) -> set[str]:
@@ -289,6 +312,9 @@ class Rebalancer:
         return False
 
     def on_timer(self, group: str, token: int) -> None:
+        if token >= TOKENS:
+            self.kip848.on_timer(group, token)
+            return
         attempt = self.active.get(group)
         if attempt is None or attempt.token != token:
             return

@@ -30,6 +30,8 @@ class GroupPhase(Enum):
     STOPPING = "stopping"
     STARTING = "starting"
     FAILED = "failed"
+    #: a consumer-protocol (KIP-848) group whose members are still reconciling to its target, one by one
+    RECONCILING = "reconciling"
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,29 @@ def group_state(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/state"
 
 
+def kip848(group_name: str) -> str:
+    """A consumer-protocol group's epochs (:class:`~zkcoord.layout.kip848.GroupEpochs`)."""
+    return f"{GROUPS}/{group_name}/kip848"
+
+
+def targets_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/target"
+
+
+def target(group_name: str, consumer_id: str) -> str:
+    """One member's target (:class:`~zkcoord.layout.kip848.MemberTarget`)."""
+    return f"{GROUPS}/{group_name}/target/{consumer_id}"
+
+
+def currents_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/current"
+
+
+def current(group_name: str, consumer_id: str) -> str:
+    """One member's current assignment (:class:`~zkcoord.layout.kip848.CurrentAssignment`)."""
+    return f"{GROUPS}/{group_name}/current/{consumer_id}"
+
+
 def resets_root(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/resets"
 

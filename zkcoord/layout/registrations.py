@@ -185,6 +185,9 @@ class MemberRegistration:
     migrating: bool = False
     incremental: bool = False
     max_poll_interval_ms: int | None = None
+    #: ``"consumer"``: the member speaks KIP-848's consumer protocol (``docs/protocol.md``, "KIP-848"); written only
+    #: then (``"protocol": "consumer"``), like the other optional keys
+    consumer_protocol: bool = False
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -199,6 +202,8 @@ class MemberRegistration:
             obj["incremental"] = True
         if self.max_poll_interval_ms is not None:
             obj["max_poll_interval_ms"] = self.max_poll_interval_ms
+        if self.consumer_protocol:
+            obj["protocol"] = "consumer"
         return dump_object(obj)
 
     @classmethod
@@ -250,4 +255,17 @@ class MemberRegistration:
             migrating=migrating,
             incremental=incremental,
             max_poll_interval_ms=interval,
+            consumer_protocol=_speaks_consumer(obj, migrating or incremental, what, path),
         )
+
+
+def _speaks_consumer(obj: Mapping[str, Any], classic: bool, what: str, path: str | None) -> bool:
+    """The optional ``protocol`` key: ``consumer`` (KIP-848's) or ``coordinator`` (the default, when absent)."""
+    protocol = obj.get("protocol", "coordinator")
+    if protocol not in ("coordinator", "consumer"):
+        raise CodecError(
+            what, f"field 'protocol' must be 'coordinator' or 'consumer', got {str(protocol)[:40]!r}", path
+        )
+    if protocol == "consumer" and classic:
+        raise CodecError(what, "a member of the consumer protocol is neither 'migrating' nor 'incremental'", path)
+    return bool(protocol == "consumer")

@@ -66,6 +66,17 @@ EVENTS: dict[str, str] = {
     "rebalance.barrier": "every stop-fetcher of an attempt was acknowledged: group, generation, epoch, stop_ms",
     "rebalance.completed": "a rebalance finished: group, generation, epoch, attempts, latency_ms, stop_ms, start_ms",
     "rebalance.aborted": "an attempt was dropped because a member left: group, generation, epoch, reason",
+    "kip848.rebuilt": "a consumer-protocol group's records could not be carried on from; its model is rebuilt "
+    "(every member stopped first unless the classic state vouches for the registry): group, epoch, reason",
+    "kip848.resumed": "a coordinator carries a consumer-protocol group on from its records: group, epoch, "
+    "group_epoch, members, in_flight, stable",
+    "kip848.member_joined": "a consumer-protocol member joined (epoch 0): group, consumer, epoch",
+    "kip848.member_left": "a consumer-protocol member left (its registration is gone or new): group, consumer, epoch",
+    "kip848.member_step": "a member's reconciliation step was written: group, consumer, epoch, member_epoch, state, "
+    "assigned, pending_revocation, granted",
+    "kip848.member_fenced": "a member did not revoke within its rebalance timeout: its registration was deleted "
+    "and its partitions held until it stopped: group, consumer, epoch, member_epoch, reason",
+    "kip848.member_released": "a fenced member's partitions are free again: group, consumer, epoch, reason",
     "rebalance.retrying": "an attempt failed and will be retried: group, generation, epoch, retry, backoff_s, reason",
     "rebalance.failed": "a rebalance failed for good after its retries: group, generation, epoch, retries, reason",
     "command.sent": "a command was written to a consumer's channel: group, consumer, option, epoch, generation",

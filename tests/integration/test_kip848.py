@@ -1,0 +1,101 @@
+"""KIP-848's consumer protocol end to end: a real broker, producer and consumer processes, the journals and the
+group's znodes as evidence.  Each member reconciles on its own: revoke before assign, per member, no group-wide
+barrier (S2); nothing lost (S3) or duplicated by a clean change (S4); the epochs and records are persisted and a new
+coordinator carries on from them."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_consumer_e2e import Run, _id
+from tests.integration.test_incremental import events
+from tests.ledger import Ledger
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.group_state import GroupPhase
+from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberTarget
+from zkcoord.testbed.procs import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CONSUMER = ("--protocol", "consumer")
+
+
+@pytest.fixture
+def run(zk_hosts: str, tmp_path: Path) -> Iterator[Run]:
+    with ExitStack() as stack:
+        yield Run(zk_hosts, tmp_path, stack)
+
+
+def records(run: Run, group: str) -> tuple[GroupEpochs, dict[str, MemberTarget], dict[str, CurrentAssignment]]:
+    """The group's KIP-848 records as ZooKeeper holds them."""
+    epochs = GroupEpochs.decode(run.zk.get(paths.kip848(group))[0])
+    targets = {
+        m: MemberTarget.decode(run.zk.get(paths.target(group, m))[0])
+        for m in run.zk.get_children(paths.targets_root(group))
+    }
+    currents = {
+        m: CurrentAssignment.decode(run.zk.get(paths.current(group, m))[0])
+        for m in run.zk.get_children(paths.currents_root(group))
+    }
+    return epochs, targets, currents
+
+
+def reconciled(run: Run, group: str, members: int) -> bool:
+    """The group STABLE with ``members`` members, each at the assignment epoch with exactly its target."""
+    state = run.state(group)
+    if state is None or state.phase is not GroupPhase.STABLE or len(state.members) != members:
+        return False
+    epochs, targets, currents = records(run, group)
+    return set(currents) == set(targets) == set(state.members) and all(
+        c.is_reconciled_to(epochs.assignment_epoch) and c.assigned == targets[m].partitions for m, c in currents.items()
+    )
+
+
+def owners(run: Run, group: str, topic: str) -> dict[int, str]:
+    return {
+        int(p): run.zk.get(paths.owner(group, topic, int(p)))[0].decode()
+        for p in run.zk.get_children(paths.owners(group, topic))
+    }
+
+
+def test_joins_and_a_leave_reconcile_member_by_member_with_epochs(run: Run) -> None:
+    run.broker()
+    TopicAdmin(run.zk).create("t", 6)
+    first = run.consumer("k", "t", extra=CONSUMER)
+    wait_until(lambda: reconciled(run, "k", 1), 30, "the first member reconciled")
+    epochs, _, currents = records(run, "k")
+    [only] = currents.values()
+    assert only.assigned.count() == 6 and only.member_epoch == epochs.assignment_epoch == epochs.group_epoch
+    producer = run.producer("t", 20_000, 4_000)
+    wait_until(lambda: Ledger.read(run.journal, "k").consumed != {}, 30, "consumption to begin")
+    second = run.consumer("k", "t", extra=CONSUMER)
+    wait_until(lambda: reconciled(run, "k", 2), 30, "two members reconciled")
+    after_join, _, currents = records(run, "k")
+    assert after_join.group_epoch > epochs.group_epoch, "a join bumps the group epoch"
+    assert sorted(c.assigned.count() for c in currents.values()) == [3, 3]
+    # The first member revoked before the second was granted: its stop was acknowledged before the start that gave
+    # the second member anything.
+    old = _id(run, first)
+    new = _id(run, second)
+    steps = events(run, "k", "command.acked", "command.sent")
+    revoked = [
+        e for e in steps if e["ev"] == "command.acked" and e["consumer"] == old and e["option"] == "stop-fetcher"
+    ]
+    granted = [e for e in steps if e["ev"] == "command.sent" and e["consumer"] == new and e["partitions"]]
+    assert revoked and granted and revoked[0]["ts"] <= granted[0]["ts"]
+    assert set(owners(run, "k", "t").values()) == {f"{old}-0", f"{new}-0"}
+    second.signal(signal.SIGTERM)
+    second.wait(timeout=30)
+    wait_until(lambda: reconciled(run, "k", 1), 30, "back to one member")
+    producer.wait(timeout=120)
+    ledger = run.wait_consumed_all("k", {"t"}, timeout=90)
+    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
+    assert ledger.duplicates() == {}, "S4: a clean join and leave consumed something twice"
+    modes = {e.get("mode") for e in events(run, "k", "rebalance.started")}
+    assert modes == {"consumer"}, f"never an eager or incremental attempt: {modes}"

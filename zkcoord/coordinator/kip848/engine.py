@@ -1,0 +1,482 @@
+"""KIP-848's group coordinator over ZooKeeper: epochs, a target, and reconciliation member by member.
+
+A group whose members all registered ``"protocol": "consumer"`` is run here instead of by the attempts of
+:mod:`~zkcoord.coordinator.rebalancer`.  There is no group-wide barrier and no generation-wide attempt:
+
+* any change of members, subscriptions or partition counts bumps the **group epoch** and computes a new **target**
+  (``uniform``, sticky to the previous target, or ``range``), written with the epochs in one fenced transaction;
+* every member then takes its own steps (:func:`~zkcoord.protocol.kip848.reconcile`): one that must give partitions
+  up is sent a ``stop-fetcher`` naming them and is granted nothing until it acknowledges; one whose partitions are
+  all free is sent an incremental ``start-fetcher`` with its new assignment; a partition is granted only while
+  nobody holds it (the partition-epoch index), so the acknowledgement of one member's revocation lets the members
+  waiting for its partitions take them at once, whatever the rest of the group is doing;
+* each step writes the member's current assignment, its command, the owner znodes of what it is granted and the
+  group state (its phase ``reconciling`` until every member is at the assignment epoch, then ``stable``) in one
+  fenced transaction (S1) -- so a coordinator that takes over reads back exactly where the last one stopped
+  (:mod:`~zkcoord.coordinator.kip848.store`) and carries on;
+* a member that does not acknowledge a revocation within the group's rebalance timeout (plus its poll interval) is
+  **fenced**: its registration is deleted, which makes it stop, abandon its partitions and join again with epoch 0;
+  its partitions stay held until it has registered again or ZooKeeper's longest session could have expired
+  (``fence_grace_s``) -- a departure from Kafka, whose brokers refuse the fenced member's fetches at once, which
+  ZooKeeper cannot do (``docs/protocol.md``, "KIP-848").
+
+An acknowledgement (the member deleted its command and recorded it in its channel, :mod:`~.acks`' rule) is this
+design's heartbeat: the member reports owning what it was assigned, and nothing it was told to give up.
+
+Threads: the coordinator's worker thread; the watches it sets only enqueue.  Any write that fails drops the group's
+model, and the group is examined again from what ZooKeeper holds (each transaction landed whole or not at all).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from zkcoord.coordinator.acks import acknowledges
+from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
+from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.kip848 import ops as ops_
+from zkcoord.coordinator.kip848 import store
+from zkcoord.coordinator.kip848.model import (
+    ASSIGNORS,
+    GroupModel,
+    InFlight,
+    MemberStep,
+    basis,
+    compute_target,
+    round_steps,
+    state_target,
+)
+from zkcoord.coordinator.snapshot import ReadResult
+from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.layout import paths
+from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
+from zkcoord.layout.group_config import GroupConfig
+from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
+from zkcoord.protocol.subscriptions import resolve
+from zkcoord.runtime.journal import Journal
+from zkcoord.zk import WatchEvent, WatchKind, ZkClient
+
+log = logging.getLogger(__name__)
+
+#: timer tokens of this engine start here (the rebalancer's own are small; -1 is its "retry now")
+TOKENS = 1_000_000_000
+
+
+def speaks_consumer(read: ReadResult) -> bool:
+    """Whether the group is run by this engine: it has members, all registered the consumer protocol, none is a
+    ``zk-client`` member and none is unreadable (what an unreadable one speaks is unknown: the classic path stops
+    everyone)."""
+    snap = read.snapshot
+    return (
+        bool(snap.members)
+        and not snap.legacy
+        and not snap.unreadable
+        and all(m.registration.consumer_protocol for m in snap.members.values())
+    )
+
+
+class Reconciler:
+    """The consumer-protocol groups of one coordinator term (worker thread only)."""
+
+    def __init__(
+        self,
+        zk: ZkClient,
+        writer: PhaseWriter,
+        config: CoordinatorConfig,
+        journal: Journal,
+        *,
+        schedule: Callable[[float, str, int], None],
+        topics: Callable[[], Mapping[str, int]],
+        group_config: Callable[[str], GroupConfig],
+        ack_watch: Callable[[WatchEvent], None] | None,
+        clock: Callable[[], float],
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self.zk = zk
+        self.writer = writer
+        self.config = config
+        self.journal = journal
+        self.schedule = schedule
+        self.topics = topics
+        self.group_config = group_config
+        self.ack_watch = ack_watch
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.epoch = writer.fence.term.epoch
+        self.models: dict[str, GroupModel] = {}
+        #: timer token -> (group, member): a revocation's deadline, or a fenced member's grace
+        self._timers: dict[int, tuple[str, str, str]] = {}
+        self._tokens = TOKENS
+        #: when each group's current rebalance (group epoch) was requested, for its latency
+        self._requested: dict[str, float] = {}
+
+    # --- entry points ------------------------------------------------------------------------------------------
+
+    def examine(self, group: str, read: ReadResult, trigger: str, requested_at: float) -> None:
+        """Bring ``group``'s model up to what was just read (members, subscriptions, topics), bump the group epoch
+        if any of it changed, and step every member that can move.
+
+        :raises FencedError: the term is over.  Other failures drop the model and schedule a retry.
+        """
+        topics = self.topics()
+        threads = {cid: resolve(m.registration, topics)[0] for cid, m in read.snapshot.members.items()}
+        model = self.models.get(group)
+        if model is None:
+            try:
+                model, why = store.load(self.zk, group, read, threads)
+            except ZkError as e:
+                self._retry(group, f"cannot read the group's records: {e}")
+                return
+            if why:
+                self.journal.emit("kip848.rebuilt", group=group, epoch=self.epoch, reason=why)
+            else:
+                self.journal.emit("kip848.resumed", group=group, epoch=self.epoch, **self._summary(model))
+            self.models[group] = model
+            self._watch_inflight(model)
+        ops = self._membership(model, read, threads)
+        ops += self._maybe_bump(model, topics, trigger, requested_at)
+        self._round(model, ops)
+
+    def forget(self, group: str) -> None:
+        """The group is no longer the consumer protocol's (a member of another joined): the classic path runs it
+        from here, and a later return rebuilds the model from ZooKeeper."""
+        self.models.pop(group, None)
+
+    def on_ack(self, event: WatchEvent) -> bool:
+        """A watch on a command fired; False if the command is none of this engine's."""
+        parsed = paths.command_of(event.path)
+        model = self.models.get(parsed[0]) if parsed else None
+        if parsed is None or model is None:
+            return False
+        member = parsed[1]
+        inflight = model.inflight.get(member)
+        if inflight is None or inflight.path != event.path:
+            return True
+        if event.kind is not WatchKind.DELETED:
+            self._watch(model, [event.path])  # a connection loss reset the watch
+            return True
+        self._acknowledged(model, member, inflight)
+        return True
+
+    def on_timer(self, group: str, token: int) -> None:
+        entry = self._timers.pop(token, None)
+        model = self.models.get(group)
+        if entry is None or model is None:
+            return
+        _, member, kind = entry
+        if kind == "revoke":
+            inflight = model.inflight.get(member)
+            if inflight is not None and inflight.token == token:
+                self._fence(model, member, f"did not acknowledge its revocation within {inflight.timeout_s:g} s")
+        elif kind == "grace" and member in model.fenced:
+            self._release(model, member, "its grace ended: any session it had has expired, so it stopped fetching")
+
+    # --- membership and the group epoch ----------------------------------------------------------------------------
+
+    def _membership(self, model: GroupModel, read: ReadResult, threads: Mapping[str, Mapping[str, int]]) -> list[Op]:
+        """Members gone (or back in a new session) lose their records; newcomers start at epoch 0."""
+        live = {cid: m.incarnation for cid, m in read.snapshot.members.items()}
+        ops: list[Op] = []
+        for member in sorted(model.members):
+            if live.get(member) == model.members[member]:
+                continue
+            del model.members[member]
+            model.inflight.pop(member, None)
+            model.must_stop.discard(member)
+            if member in model.fenced and member not in live:
+                continue  # fenced by us: its partitions stay held until its grace ends or it registers again
+            model.fenced.pop(member, None)
+            model.currents.pop(member, None)
+            ops += ops_.drop_current_op(model, member)
+            self.journal.emit("kip848.member_left", group=model.group, consumer=member, epoch=self.epoch)
+        for member in sorted(set(model.fenced) & set(live)):
+            self._release(model, member, "it registered again", write=False)
+            ops += ops_.drop_current_op(model, member)
+        for member, incarnation in live.items():
+            if member not in model.members:
+                model.members[member] = incarnation
+                self.journal.emit("kip848.member_joined", group=model.group, consumer=member, epoch=self.epoch)
+        model.threads = {m: dict(t) for m, t in threads.items()}
+        model.poll_interval_ms = {
+            cid: m.registration.max_poll_interval_ms or 0 for cid, m in read.snapshot.members.items()
+        }
+        return ops
+
+    def _maybe_bump(self, model: GroupModel, topics: Mapping[str, int], trigger: str, requested_at: float) -> list[Op]:
+        """A new group epoch and target if what the target is computed from changed.  A model read back from its
+        records does not know what its target was computed from: it computes the target again, sticky to the last
+        one, and bumps only if that moves something (the uniform assignor gives the same target from the same
+        inputs).  A rebuilt model always bumps."""
+        config = self.group_config(model.group)
+        assignor = config.assignor if config.assignor in ASSIGNORS else "uniform"
+        now = basis(model.members, model.threads, topics)
+        if model.basis is not None and now == model.basis and assignor == model.assignor:
+            return []
+        previous = {m: t.partitions for m, t in model.targets.items()}
+        target = compute_target(assignor, model.threads, topics, previous)
+        if model.basis is None and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
+            model.basis = now  # read back, and nothing changed since the records were written
+            return []
+        epoch = model.epochs.group_epoch + 1
+        if not model.stable() and model.epochs.group_epoch:
+            self.journal.emit(
+                "rebalance.aborted",
+                group=model.group,
+                generation=model.epochs.group_epoch,
+                epoch=self.epoch,
+                reason=f"superseded by group epoch {epoch}: members reconcile to the new target from where they are",
+            )
+        changed = {m: MemberTarget(epoch, p) for m, p in target.items() if previous.get(m) != p}
+        removed = set(model.targets) - set(target)
+        model.epochs = GroupEpochs(epoch, epoch)
+        model.basis, model.assignor = now, assignor
+        model.targets = {m: changed.get(m) or model.targets[m] for m in target}
+        self._requested[model.group] = requested_at
+        self.journal.emit(
+            "rebalance.started",
+            group=model.group,
+            generation=epoch,
+            epoch=self.epoch,
+            attempt=0,
+            trigger=trigger,
+            reason="members, subscriptions or partitions changed",
+            members=sorted(model.members),
+            partitions=sum(p.count() for p in target.values()),
+            assignor=assignor,
+            mode="consumer",
+            targets_changed=len(changed),
+        )
+        return ops_.epoch_ops(model, changed, removed)
+
+    # --- a round: steps, their writes, their commands ---------------------------------------------------------------
+
+    def _round(self, model: GroupModel, ops: list[Op]) -> None:
+        """Step every member that can move, and write it all (with ``ops``) in fenced transactions."""
+        steps = round_steps(model)
+        commands: list[tuple[MemberStep, Command]] = []
+        for step in steps:
+            ops += ops_.current_op(model, step.member, step.after)
+            ops += ops_.grant_ops(model, step)
+            if step.option is not None:
+                command = ops_.command(model, step, self.epoch, self.wall_ms())
+                if step.member not in model.channels:
+                    ops.append(Op("create", paths.channel(model.group, step.member)))
+                    model.channels.add(step.member)
+                prefix = command_prefix(self.epoch, model.epochs.group_epoch, step.option)
+                ops.append(Op("create_seq", f"{paths.channel(model.group, step.member)}/{prefix}", command.encode()))
+                commands.append((step, command))
+                model.inflight[step.member] = InFlight(step.option, None, 0)  # written below
+        ops += ops_.cleanup_ops(model)
+        stable = model.stable()
+        phase = GroupPhase.STABLE if stable else GroupPhase.RECONCILING
+        if not ops and phase is model.phase:
+            return
+        state = GroupState(
+            generation=model.epochs.group_epoch,
+            phase=phase,
+            epoch=self.epoch,
+            members=dict(model.members),
+            target=state_target(model),
+            assignor=model.assignor,
+            updated_ms=self.wall_ms(),
+        )
+        try:
+            model.state_version, created = self.writer.write(model.group, state, model.state_version, ops)
+        except PhaseWriteError as e:
+            self._retry(model.group, str(e))
+            return
+        self._sent(model, steps, commands, created)
+        if phase is GroupPhase.STABLE and model.phase is not GroupPhase.STABLE:
+            self._completed(model)
+        model.phase = phase
+
+    def _sent(
+        self,
+        model: GroupModel,
+        steps: list[MemberStep],
+        commands: list[tuple[MemberStep, Command]],
+        created: list[tuple[str, int]],
+    ) -> None:
+        now = self.clock()
+        for step in steps:
+            self.journal.emit(
+                "kip848.member_step",
+                group=model.group,
+                consumer=step.member,
+                epoch=self.epoch,
+                member_epoch=step.after.member_epoch,
+                state=step.after.state.name,
+                assigned=step.after.assigned.count(),
+                pending_revocation=step.after.pending_revocation.count(),
+                granted=step.granted.count(),
+            )
+        paths_written = [path for path, _ in created]
+        for (step, command), (path, zxid) in zip(commands, created, strict=True):
+            inflight = model.inflight[step.member]
+            inflight.path, inflight.zxid, inflight.sent_at = path, zxid, now
+            partitions = sum(len(p) for p in command.ownership.values()) or sum(
+                len(p) for p in (command.revoke or {}).values()
+            )
+            self.journal.emit(
+                "command.sent",
+                group=model.group,
+                consumer=step.member,
+                option=command.option.value,
+                epoch=self.epoch,
+                generation=command.generation,
+                partitions=partitions,
+            )
+            if command.option is CommandOption.STOP_FETCHER:
+                self._arm(model, step.member, inflight)
+        self._watch(model, paths_written)
+
+    def _arm(self, model: GroupModel, member: str, inflight: InFlight) -> None:
+        """The revocation's deadline: the group's rebalance timeout plus the poll interval the member publishes (its
+        application finishes its batch and runs its revoke callback first)."""
+        base = self.group_config(model.group).rebalance_timeout_s(self.config.rebalance_timeout_s)
+        interval = model.poll_interval_ms.get(member, 0)
+        inflight.timeout_s = base + interval / 1000
+        self._tokens += 1
+        inflight.token = self._tokens
+        self._timers[self._tokens] = (model.group, member, "revoke")
+        self.schedule(inflight.timeout_s, model.group, self._tokens)
+
+    # --- acknowledgements ------------------------------------------------------------------------------------------
+
+    def _watch(self, model: GroupModel, commands: list[str]) -> None:
+        """Watch ``commands``; those already gone are looked at now."""
+        if not commands:
+            return
+        try:
+            reads = self.zk.get_many(commands, watch=self.ack_watch)
+        except ZkError as e:
+            self._retry(model.group, f"cannot watch its commands: {e}")
+            return
+        for path, got in zip(commands, reads, strict=True):
+            parsed = paths.command_of(path)
+            if got is None and parsed is not None and self.models.get(model.group) is model:
+                inflight = model.inflight.get(parsed[1])
+                if inflight is not None and inflight.path == path:
+                    self._acknowledged(model, parsed[1], inflight)
+
+    def _watch_inflight(self, model: GroupModel) -> None:
+        self._watch(model, [i.path for i in model.inflight.values() if i.path is not None])
+
+    def _acknowledged(self, model: GroupModel, member: str, inflight: InFlight) -> None:
+        """``member``'s command is gone: its acknowledgement if its channel records it (:mod:`~.acks`' rule), then
+        the member has reported what it owns and the group takes its next steps; if not, the command was lost and
+        is sent again."""
+        if inflight.path is None:
+            return  # not written yet: nothing can have deleted it
+        name = inflight.path.rsplit("/", 1)[1]
+        try:
+            data, stat = self.zk.get(paths.channel(model.group, member))
+            record = decode_acknowledged(data, paths.channel(model.group, member))
+            lost = "recreated" if inflight.zxid and stat.czxid > inflight.zxid else ""
+            if not lost and not acknowledges(record, name, name.rsplit("-", 1)[0]):
+                lost = "unacknowledged"
+        except NoNodeError:
+            lost = "deleted"
+            model.channels.discard(member)
+        except CodecError:
+            lost = "unreadable"
+        except ZkError as e:
+            self._retry(model.group, f"cannot check {member}'s acknowledgement: {e}")
+            return
+        del model.inflight[member]
+        self._timers.pop(inflight.token, None)
+        generation = int(name.split("-")[2]) if name.count("-") >= 3 else model.epochs.group_epoch
+        self.journal.emit(
+            "command.acked",
+            group=model.group,
+            consumer=member,
+            generation=generation,
+            epoch=self.epoch,
+            option=inflight.option.value,
+            latency_ms=round((self.clock() - inflight.sent_at) * 1000, 2) if inflight.sent_at else None,
+        )
+        if lost:
+            self.journal.emit(
+                "command.lost",
+                group=model.group,
+                consumer=member,
+                generation=generation,
+                epoch=self.epoch,
+                option=inflight.option.value,
+                channel=lost,
+            )
+            model.resend[member] = inflight.option
+        elif inflight.option is CommandOption.STOP_FETCHER:
+            model.must_stop.discard(member)
+        self._round(model, [])
+
+    # --- fencing -------------------------------------------------------------------------------------------------
+
+    def _fence(self, model: GroupModel, member: str, reason: str) -> None:
+        """Remove a member that does not revoke in time: delete its registration (it stops, gives everything up and
+        joins again with epoch 0); its partitions stay held until it registered again or its grace ended."""
+        current = model.currents.get(member)
+        self.journal.emit(
+            "kip848.member_fenced",
+            group=model.group,
+            consumer=member,
+            epoch=self.epoch,
+            reason=reason,
+            member_epoch=current.member_epoch if current else None,
+        )
+        try:
+            self.zk.delete(paths.member(model.group, member))
+        except NoNodeError:
+            pass
+        except ZkError as e:
+            self._retry(model.group, f"cannot fence {member}: {e}")
+            return
+        # Out of the group at once: never stepped again in this incarnation, its current assignment kept (and so
+        # its partitions held, assigned and pending alike) until it is known to have stopped.
+        model.inflight.pop(member, None)
+        model.members.pop(member, None)
+        model.fenced[member] = self.clock() + self.config.fence_grace_s
+        self._tokens += 1
+        self._timers[self._tokens] = (model.group, member, "grace")
+        self.schedule(self.config.fence_grace_s, model.group, self._tokens)
+
+    def _release(self, model: GroupModel, member: str, why: str, *, write: bool = True) -> None:
+        """A fenced member's partitions are free: it registered again (so it stopped first) or its grace ended."""
+        model.fenced.pop(member, None)
+        model.currents.pop(member, None)
+        self.journal.emit("kip848.member_released", group=model.group, consumer=member, epoch=self.epoch, reason=why)
+        if write:
+            self._round(model, ops_.drop_current_op(model, member))
+
+    # --- endings ---------------------------------------------------------------------------------------------------
+
+    def _completed(self, model: GroupModel) -> None:
+        requested = self._requested.pop(model.group, None)
+        self.journal.emit(
+            "rebalance.completed",
+            group=model.group,
+            generation=model.epochs.group_epoch,
+            epoch=self.epoch,
+            attempts=1,
+            latency_ms=round((self.clock() - requested) * 1000, 2) if requested is not None else None,
+            members=len(model.members),
+            partitions=sum(t.partitions.count() for t in model.targets.values()),
+        )
+
+    def _retry(self, group: str, reason: str) -> None:
+        """Drop the group's model and examine it again shortly, from what ZooKeeper holds."""
+        log.warning("group %s: %s; reading it again", group, reason)
+        self.models.pop(group, None)
+        self.journal.emit("rebalance.retrying", group=group, epoch=self.epoch, reason=reason, backoff_s=0.2)
+        self.schedule(0.2, group, -1)
+
+    @staticmethod
+    def _summary(model: GroupModel) -> dict[str, object]:
+        return {
+            "group_epoch": model.epochs.group_epoch,
+            "members": len(model.members),
+            "in_flight": len(model.inflight),
+            "stable": model.stable(),
+        }

@@ -1,0 +1,113 @@
+"""The operations that write a consumer-protocol group's records, its commands and its owner znodes.
+
+Pure: they build :class:`~zkcoord.coordinator.commands.Op` lists (and note in the model which znodes they create);
+:class:`~zkcoord.coordinator.kip848.engine.Reconciler` writes them, fenced, with the group state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from zkcoord.coordinator.commands import Op
+from zkcoord.coordinator.kip848.model import GroupModel, MemberStep, ownership
+from zkcoord.layout import paths
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.group_state import encode_owner
+from zkcoord.layout.kip848 import CurrentAssignment, MemberTarget
+
+
+def epoch_ops(model: GroupModel, changed: Mapping[str, MemberTarget], removed: set[str]) -> list[Op]:
+    """The epochs, the targets that changed, and the records of members gone, as operations."""
+    g = model.group
+    path, data = paths.kip848(g), model.epochs.encode()
+    ops = [Op("set", path, data) if model.have_epochs else Op("create", path, data)]
+    model.have_epochs = True
+    if changed and not model.target_root:
+        ops.append(Op("create", paths.targets_root(g)))
+        model.target_root = True
+    for member in sorted(changed):
+        path, data = paths.target(g, member), changed[member].encode()
+        ops.append(Op("set", path, data) if member in model.have_target else Op("create", path, data))
+        model.have_target.add(member)
+    for member in sorted(removed):
+        if member in model.have_target:
+            ops.append(Op("delete", paths.target(g, member)))
+            model.have_target.discard(member)
+    return ops
+
+
+def current_op(model: GroupModel, member: str, current: CurrentAssignment) -> list[Op]:
+    g = model.group
+    ops = []
+    if not model.current_root:
+        ops.append(Op("create", paths.currents_root(g)))
+        model.current_root = True
+    path, data = paths.current(g, member), current.encode()
+    ops.append(Op("set", path, data) if member in model.have_current else Op("create", path, data))
+    model.have_current.add(member)
+    return ops
+
+
+def drop_current_op(model: GroupModel, member: str) -> list[Op]:
+    if member not in model.have_current:
+        return []
+    model.have_current.discard(member)
+    return [Op("delete", paths.current(model.group, member))]
+
+
+def grant_ops(model: GroupModel, step: MemberStep) -> list[Op]:
+    """The owner znodes of what ``step`` grants, naming the thread that fetches each."""
+    granted = step.granted
+    if not granted:
+        return []
+    g, ops = model.group, []
+    threads = ownership(model, step.member, step.after.assigned)
+    if not model.owner_topics and not model.registry:
+        ops.append(Op("create", paths.owners_root(g)))
+        model.owner_topics.add("")
+    for topic, parts in sorted(granted.items()):
+        if topic not in model.owner_topics:
+            ops.append(Op("create", paths.owners(g, topic)))
+            model.owner_topics.add(topic)
+        held = model.registry.setdefault(topic, {})
+        for p in sorted(parts):
+            data = encode_owner(threads[topic][p])
+            if p not in held:
+                # Created, then set once: a claim's version check must not take a znode created again by hand for
+                # the one it read (as the classic path does).
+                ops.append(Op("create", paths.owner(g, topic, p), data))
+            ops.append(Op("set", paths.owner(g, topic, p), data))
+            held[p] = threads[topic][p]
+    return ops
+
+
+def cleanup_ops(model: GroupModel) -> list[Op]:
+    """Owner znodes of partitions nobody holds any more (their member left, their topic shrank): deleted."""
+    held = {tp for c in model.currents.values() for tp in (c.assigned | c.pending_revocation).pairs()}
+    ops = []
+    for topic in sorted(model.registry):
+        for p in sorted(model.registry[topic]):
+            if (topic, p) not in held:
+                ops.append(Op("delete", paths.owner(model.group, topic, p)))
+                del model.registry[topic][p]
+    return ops
+
+
+def command(model: GroupModel, step: MemberStep, epoch: int, now_ms: int) -> Command:
+    """The command that tells ``step``'s member its step: a stop naming what it revokes (all, for a stop of
+    everything), or an incremental start with its whole new assignment."""
+    stop = step.option is CommandOption.STOP_FETCHER
+    revoke = None
+    if stop and not step.full_stop:
+        revoke = {t: tuple(sorted(ps)) for t, ps in step.after.pending_revocation.items()}
+    return Command(
+        CommandOption.STOP_FETCHER if stop else CommandOption.START_FETCHER,
+        epoch,
+        model.epochs.group_epoch,
+        model.group,
+        {} if stop else ownership(model, step.member, step.after.assigned),
+        now_ms,
+        revoke=revoke,
+        incremental=not stop,
+        incarnation=model.members[step.member],
+    )
