@@ -217,11 +217,11 @@ def test_a_coordinator_znode_with_children_is_reported_once_and_left_once_emptie
             wait_until(lambda: seat.attempts > attempts, 5, "another election attempt")  # noqa: B023
         assert len(_rejections(cluster, paths.COORDINATOR)) == 1
         assert member.fetching, "the member must keep fetching"
-        attempts = seat.attempts
-        # The person removes the child only: the watch on the node's children brings the election back at once.
+        # The person removes the child only: the watch on the node's children brings the election back at once --
+        # well before the blocked seat's own retry.  (Not counted in attempts: the attempt the last set started may
+        # be the one that reads the node after the deletion, and wins.)
         cluster.admin_zk.delete(f"{paths.COORDINATOR}/x")
         wait_until(lambda: cluster.acting() == [1], BLOCKED_RETRY_S / 2, "broker 1 coordinating again")
-        assert seat.attempts > attempts
         assert _blocked(seat) is False
         assert len(_rejections(cluster, paths.COORDINATOR)) == 1
         TopicAdmin(cluster.admin_zk).alter(TOPIC, 3)
