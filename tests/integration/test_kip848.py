@@ -99,3 +99,36 @@ def test_joins_and_a_leave_reconcile_member_by_member_with_epochs(run: Run) -> N
     assert ledger.duplicates() == {}, "S4: a clean join and leave consumed something twice"
     modes = {e.get("mode") for e in events(run, "k", "rebalance.started")}
     assert modes == {"consumer"}, f"never an eager or incremental attempt: {modes}"
+
+
+def test_a_new_coordinator_carries_the_reconciliation_on_from_the_records(run: Run) -> None:
+    """The coordinator is killed while a member is revoking (its slow application has not polled yet); the next one
+    reads the epochs, targets and current assignments back and carries on: no member is stopped again, the
+    revocation completes, the joiner gets its share, and S2, S3 hold."""
+    broker = run.broker(1)
+    run.broker(2)
+    TopicAdmin(run.zk).create("t", 4)
+    slow = ("--no-auto-commit", "--work-ms", "10", "--max-poll-records", "50")  # a revocation waits <= 0.5 s
+    first = run.consumer("f", "t", extra=(*CONSUMER, *slow))
+    wait_until(lambda: reconciled(run, "f", 1), 30, "the first member reconciled")
+    producer = run.producer("t", 2_000, 500)
+    wait_until(lambda: Ledger.read(run.journal, "f").consumed != {}, 30, "consumption to begin")
+    epochs, _, _ = records(run, "f")
+    run.consumer("f", "t", extra=CONSUMER)
+    old = _id(run, first)
+
+    def revoking() -> bool:
+        return any(e["consumer"] == old and e["option"] == "stop-fetcher" for e in events(run, "f", "command.sent"))
+
+    wait_until(revoking, 30, "the first member told to revoke")
+    broker.signal(signal.SIGKILL)
+    wait_until(lambda: reconciled(run, "f", 2), 60, "two members reconciled under the new coordinator")
+    resumed = [e for e in events(run, "f", "kip848.resumed", "kip848.rebuilt") if e["epoch"] > 1]
+    assert [e["ev"] for e in resumed] == ["kip848.resumed"], f"carried on, not rebuilt: {resumed}"
+    assert not events(run, "f", "rebalance.retrying"), "no write failed"
+    assert records(run, "f")[0].group_epoch == epochs.group_epoch + 1, "one join, one epoch: no rebuild bump"
+    full_stops = [e for e in events(run, "f", "command.sent") if e["option"] == "stop-fetcher" and not e["partitions"]]
+    assert full_stops == [], "nobody was stopped entirely"
+    producer.wait(timeout=120)
+    ledger = run.wait_consumed_all("f", {"t"}, timeout=90)
+    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"

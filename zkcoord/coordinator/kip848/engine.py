@@ -255,6 +255,15 @@ class Reconciler:
     def _round(self, model: GroupModel, ops: list[Op]) -> None:
         """Step every member that can move, and write it all (with ``ops``) in fenced transactions."""
         steps = round_steps(model)
+        if any(s.option is not None and s.member not in model.channels for s in steps):
+            # A member creates its own channel when it starts: list them before creating one for it.
+            try:
+                model.channels |= set(self.zk.get_children(paths.channel_root(model.group)))
+            except NoNodeError:
+                pass
+            except ZkError as e:
+                self._retry(model.group, f"cannot list the channels: {e}")
+                return
         commands: list[tuple[MemberStep, Command]] = []
         for step in steps:
             ops += ops_.current_op(model, step.member, step.after)
