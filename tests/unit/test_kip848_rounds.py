@@ -21,7 +21,7 @@ def _model(members: list[str]) -> GroupModel:
     model = GroupModel("g", GroupEpochs(0, 0), {}, {}, {}, {}, {})
     for m in members:
         model.members[m] = 1
-        model.threads[m] = {t: 1 for t in TOPICS}
+        model.threads[m] = dict.fromkeys(TOPICS, 1)
     _bump(model)
     return model
 
@@ -61,7 +61,7 @@ def test_a_join_revokes_from_the_owner_before_granting_to_the_joiner() -> None:
     _ack(model, "m1")
     _round(model)
     assert model.stable() and model.currents["m1"].assigned.count() == 9
-    model.members["m2"], model.threads["m2"] = 1, {t: 1 for t in TOPICS}
+    model.members["m2"], model.threads["m2"] = 1, dict.fromkeys(TOPICS, 1)
     _bump(model)
     told = _round(model)
     # m1 must give up what m2's target holds; m2 is granted nothing of it yet (it hears its empty share at once).
@@ -117,7 +117,7 @@ def test_any_interleaving_keeps_one_holder_per_partition_and_converges(ops: list
     for op, i in ops:
         member = names[i]
         if op == "join" and member not in model.members:
-            model.members[member], model.threads[member] = 1, {t: 1 for t in TOPICS}
+            model.members[member], model.threads[member] = 1, dict.fromkeys(TOPICS, 1)
             _bump(model)
         elif op == "leave" and member in model.members and len(model.members) > 1:
             # gone with its session: its partitions are free (S6 stopped it)
@@ -126,7 +126,7 @@ def test_any_interleaving_keeps_one_holder_per_partition_and_converges(ops: list
             model.inflight.pop(member, None)
             _bump(model)
         elif op == "resubscribe" and member in model.members:
-            model.threads[member] = {"a": 1} if "b" in model.threads[member] else {t: 1 for t in TOPICS}
+            model.threads[member] = {"a": 1} if "b" in model.threads[member] else dict.fromkeys(TOPICS, 1)
             _bump(model)
         elif op == "ack":
             _ack(model, member)
