@@ -52,6 +52,8 @@ class ScriptedConsumer:
     max_poll_interval_ms: int | None = None
     #: how long after reading a stop-fetcher it acknowledges it (its application's batch and revoke callback)
     stop_ack_delay_s: float = 0.0
+    #: registers ``"protocol": "consumer"`` (KIP-848's consumer protocol)
+    consumer_protocol: bool = False
     seen: list[Seen] = field(default_factory=list)
     owned: dict[str, dict[int, str]] = field(default_factory=dict)
     fetching: bool = False
@@ -86,7 +88,11 @@ class ScriptedConsumer:
         """Send the member znode's create without waiting (a kazoo async result): many consumers can register in
         one burst of a few milliseconds, as a fleet restarting at once would.  The group's ``ids`` must exist."""
         reg = MemberRegistration(
-            self.pattern, self.subscription, int(time.time() * 1000), max_poll_interval_ms=self.max_poll_interval_ms
+            self.pattern,
+            self.subscription,
+            int(time.time() * 1000),
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            consumer_protocol=self.consumer_protocol,
         )
         return self.zk.kazoo.create_async(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True)
 

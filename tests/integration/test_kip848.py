@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_consumer_e2e import Run, _id
+from tests.integration.test_coordinator import Cluster
 from tests.integration.test_incremental import events
 from tests.ledger import Ledger
 from zkcoord.data.topics import TopicAdmin
@@ -132,3 +133,28 @@ def test_a_new_coordinator_carries_the_reconciliation_on_from_the_records(run: R
     producer.wait(timeout=120)
     ledger = run.wait_consumed_all("f", {"t"}, timeout=90)
     assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_held_until_its_grace_ends(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    """A member told to revoke never acknowledges (its application hangs): past the rebalance timeout it is fenced
+    (its registration deleted), and the partitions it was revoking are granted to the joiner only once its grace
+    has passed -- never while it may still be fetching them (S2)."""
+    with ExitStack() as stack:
+        cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
+        cluster.broker(1, rebalance_timeout_s=1.0, fence_grace_s=3.0)
+        TopicAdmin(cluster.admin_zk).create("t", 4)
+        hung = cluster.consumer("h", {"t": 1}, consumer_protocol=True, stop_ack_delay_s=60.0)
+        hung.wait_for(lambda c: len(c.partitions()) == 4)
+        joiner = cluster.consumer("h", {"t": 1}, consumer_protocol=True)
+        wait_until(lambda: bool(cluster.events("kip848.member_fenced")), 10, "the hung member fenced")
+        [fenced] = cluster.events("kip848.member_fenced")
+        assert fenced.fields["consumer"] == hung.consumer_id
+        gone = paths.member("h", hung.consumer_id)
+        wait_until(lambda: cluster.admin_zk.exists(gone) is None, 5, "its registration deleted")
+        joiner.wait_for(lambda c: len(c.partitions()) == 4, timeout=15)
+        [released] = cluster.events("kip848.member_released")
+        grants = [e for e in cluster.events("command.sent", consumer=joiner.consumer_id) if e.fields["partitions"] >= 3]
+        assert grants and grants[0].mono_ns >= released.mono_ns, "granted before the fenced member was released"
+        assert released.mono_ns - fenced.mono_ns >= 2.9e9, "released before its grace ended"
