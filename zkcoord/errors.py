@@ -140,14 +140,31 @@ class BrokerIdInUseError(ZkCoordError):
 
 
 class ConsumerIdInUseError(ZkCoordError):
-    """Our consumer id is registered by another live session: another process runs with the same id."""
+    """Our consumer id is registered by another live session: another process runs with the same id.  ``path`` is
+    the znode that session holds (our registration, or our instance id's)."""
 
-    def __init__(self, consumer_id: str, session: int) -> None:
+    def __init__(self, consumer_id: str, session: int, path: str | None = None, message: str | None = None) -> None:
         self.consumer_id = consumer_id
         self.session = session
+        self.path = path
         super().__init__(
-            f"consumer id {consumer_id} is registered by another live session ({session:#x}): is another process "
+            message
+            or f"consumer id {consumer_id} is registered by another live session ({session:#x}): is another process "
             "running with the same --consumer-id?"
+        )
+
+
+class InstanceIdInUseError(ConsumerIdInUseError):
+    """Our static member's instance id is held by another live member (KIP-848's UNRELEASED_INSTANCE_ID)."""
+
+    def __init__(self, consumer_id: str, instance_id: str, session: int, path: str) -> None:
+        self.instance_id = instance_id
+        super().__init__(
+            consumer_id,
+            session,
+            path,
+            f"instance id {instance_id!r} is held by another live member (session {session:#x}): two members of a "
+            "group cannot share one --instance-id",
         )
 
 

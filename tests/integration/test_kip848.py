@@ -158,3 +158,36 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_held
         grants = [e for e in cluster.events("command.sent", consumer=joiner.consumer_id) if e.fields["partitions"] >= 3]
         assert grants and grants[0].mono_ns >= released.mono_ns, "granted before the fenced member was released"
         assert released.mono_ns - fenced.mono_ns >= 2.9e9, "released before its grace ended"
+
+
+def test_a_static_member_restarting_gets_its_partitions_back_and_disturbs_nobody(run: Run) -> None:
+    """Two static members; one is stopped and started again with its instance id: it takes its predecessor's
+    place (its partitions, no group epoch bump), the other member hears nothing; a third process with a live
+    member's instance id is refused in one line."""
+    run.broker()
+    TopicAdmin(run.zk).create("t", 4)
+    a = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "a"))
+    b = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "b"))
+    wait_until(lambda: reconciled(run, "s", 2), 30, "two static members reconciled")
+    epochs, targets, _ = records(run, "s")
+    old_a, id_b = _id(run, a), _id(run, b)
+    producer = run.producer("t", 2_000, 500)
+    wait_until(lambda: Ledger.read(run.journal, "s").consumed != {}, 30, "consumption to begin")
+    sent_to_b = len([e for e in events(run, "s", "command.sent") if e["consumer"] == id_b])
+    a.signal(signal.SIGTERM)
+    a.wait(timeout=30)
+    again = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "a"))
+    wait_until(lambda: bool(events(run, "s", "kip848.member_replaced")), 30, "the static member back in its place")
+    new_a = _id(run, again)
+    wait_until(lambda: reconciled(run, "s", 2), 30, "both reconciled again")
+    after, targets_after, _ = records(run, "s")
+    assert after.group_epoch == epochs.group_epoch, "a static rejoin does not bump the group epoch"
+    assert targets_after[new_a].partitions == targets[old_a].partitions, "it got its partitions back"
+    assert targets_after[id_b] == targets[id_b]
+    assert len([e for e in events(run, "s", "command.sent") if e["consumer"] == id_b]) == sent_to_b, "b disturbed"
+    duplicate = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "b"))
+    assert duplicate.wait(timeout=30) != 0
+    assert "instance id 'b' is held by another live member" in duplicate.log_path.read_text()
+    producer.wait(timeout=120)
+    ledger = run.wait_consumed_all("s", {"t"}, timeout=90)
+    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"

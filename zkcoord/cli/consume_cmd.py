@@ -128,6 +128,12 @@ class _Status:
     "client-side rebalance.",
 )
 @click.option(
+    "--instance-id",
+    default=None,
+    help="Static membership (KIP-848's group.instance.id; --protocol consumer only): a member that restarts with the "
+    "same id soon enough gets its partitions back and nobody else is disturbed; two live members cannot share one.",
+)
+@click.option(
     "--migrating",
     is_flag=True,
     help="Join a group that still has zk-client members, to move it to the coordinator (docs/migration.md).",
@@ -179,6 +185,7 @@ def consume(
     consumer_id: str,
     unsafe: bool,
     protocol: str,
+    instance_id: str | None,
     migrating: bool,
     rebalance: str,
     max_poll_interval: float,
@@ -216,6 +223,7 @@ def consume(
         rebalance="consumer" if protocol == "consumer" else "incremental" if rebalance == "incremental" else "eager",
         shutdown_timeout_s=shutdown_timeout,
         max_poll_interval_s=max_poll_interval,
+        instance_id=instance_id,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")

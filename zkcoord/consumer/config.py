@@ -15,7 +15,13 @@ from zkcoord.errors import ConfigurationError
 from zkcoord.layout import topic_regex
 from zkcoord.layout.legacy_paths import check_group
 from zkcoord.layout.names import validate_group, validate_topic
-from zkcoord.layout.registrations import MAX_POLL_INTERVAL_MS, MAX_THREADS, MemberRegistration, Pattern
+from zkcoord.layout.registrations import (
+    MAX_POLL_INTERVAL_MS,
+    MAX_THREADS,
+    MemberRegistration,
+    Pattern,
+    check_instance_id,
+)
 from zkcoord.protocol.offset_reset import DEFAULT as DEFAULT_OFFSET_RESET
 from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
@@ -69,6 +75,7 @@ class Subscription:
         incremental: bool = False,
         consumer_protocol: bool = False,
         max_poll_interval_ms: int | None = None,
+        instance_id: str | None = None,
     ) -> MemberRegistration:
         """The member znode's content for this subscription (``max_poll_interval_ms`` None: not published)."""
         return MemberRegistration(
@@ -79,6 +86,7 @@ class Subscription:
             incremental=incremental,
             max_poll_interval_ms=max_poll_interval_ms,
             consumer_protocol=consumer_protocol,
+            instance_id=instance_id,
         )
 
 
@@ -113,6 +121,11 @@ class ConsumerConfig:
         ``consumer`` (KIP-848's consumer protocol, Kafka's ``group.protocol=consumer``: when every member speaks it,
         the coordinator reconciles each member on its own, with group and member epochs; ``docs/protocol.md``,
         "KIP-848").
+    :param instance_id: a static member's instance id (KIP-848's ``group.instance.id``; consumer protocol only): a
+        member that leaves and comes back with it within the coordinator's hold (``static_hold_s``) gets its
+        partitions back and nobody else is disturbed; a second live member with it is refused
+        (:class:`~zkcoord.errors.InstanceIdInUseError`, after waiting out a session that may be our own previous
+        process's).
     :param shutdown_timeout_s: how long ``close()`` may take, whatever ZooKeeper does (Kafka's ``close(Duration)``;
         ``docs/consumer.md``, "Stopping").
     :param max_poll_interval_s: how long the application may take between two ``poll()`` calls (Kafka's
@@ -139,6 +152,17 @@ class ConsumerConfig:
     rebalance: Rebalance = "eager"
     shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
     max_poll_interval_s: float = 300.0
+    instance_id: str | None = None
+
+    def _check_protocol(self) -> None:
+        if self.rebalance not in ("eager", "incremental", "consumer"):
+            raise ConfigurationError(f"rebalance must be 'eager', 'incremental' or 'consumer', got {self.rebalance!r}")
+        if self.instance_id is not None:
+            check_instance_id(self.instance_id)
+            if self.rebalance != "consumer":
+                raise ConfigurationError("an instance id is the consumer protocol's (--protocol consumer)")
+        if self.rebalance == "consumer" and self.migrating:
+            raise ConfigurationError("a consumer-protocol member cannot be migrating (migration is the classic path's)")
 
     def __post_init__(self) -> None:
         validate_group(self.group)
@@ -157,10 +181,7 @@ class ConsumerConfig:
         if self.start_from not in ("earliest", "latest"):
             raise ConfigurationError(f"start_from must be 'earliest' or 'latest', got {self.start_from!r}")
         check_policy(self.offset_reset)
-        if self.rebalance not in ("eager", "incremental", "consumer"):
-            raise ConfigurationError(f"rebalance must be 'eager', 'incremental' or 'consumer', got {self.rebalance!r}")
-        if self.rebalance == "consumer" and self.migrating:
-            raise ConfigurationError("a consumer-protocol member cannot be migrating (migration is the classic path's)")
+        self._check_protocol()
         validate_timeout(self.shutdown_timeout_s)
         if not 1 <= self.max_poll_interval_s <= MAX_POLL_INTERVAL_MS / 1000:
             raise ConfigurationError(f"max poll interval must be within 1..86400 s, got {self.max_poll_interval_s}")

@@ -32,7 +32,7 @@ from zkcoord.consumer.lease import Lease
 from zkcoord.consumer.migration import MigrationBridge
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import TopicPartition
-from zkcoord.errors import ConsumerIdInUseError, NodeExistsError
+from zkcoord.errors import ConsumerIdInUseError, InstanceIdInUseError, NodeExistsError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ChildrenWatch, ConnState, Stat, WatchEvent, ZkClient
@@ -109,7 +109,10 @@ class ConsumerCore:
             incremental=self.config.rebalance == "incremental",
             consumer_protocol=self.config.rebalance == "consumer",
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
+            instance_id=self.config.instance_id,
         )
+        if self.config.instance_id is not None:
+            self._hold_instance(self.config.instance_id)
         path = paths.member(self.config.group, self.consumer_id)
         if self.bridge is not None:
             held = self.zk.exists(path)  # before the bridge's 0.8 registration, which would otherwise be left behind
@@ -148,6 +151,28 @@ class ConsumerCore:
             registrations=self.registrations,
             **({"migrating": True} if self.config.migrating else {}),
         )
+
+    def _hold_instance(self, instance_id: str) -> None:
+        """Hold our static instance id (an ephemeral ``instances/<id>`` naming us) before we register: one live member
+        per instance id, whatever ZooKeeper client runs it (KIP-848's UNRELEASED_INSTANCE_ID).  Held already by our
+        session: kept; a persistent znode there (written by hand): replaced.
+
+        :raises InstanceIdInUseError: another live session holds it.
+        """
+        path = paths.instance(self.config.group, instance_id)
+        try:
+            self.zk.create_stat(path, self.consumer_id.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            stat = self.zk.exists(path)
+        else:
+            return
+        if stat is None:
+            self.zk.create_stat(path, self.consumer_id.encode(), ephemeral=True, makepath=True)
+        elif stat.ephemeralOwner == 0:
+            self.zk.delete(path, stat.version)
+            self.zk.create_stat(path, self.consumer_id.encode(), ephemeral=True, makepath=True)
+        elif stat.ephemeralOwner != self.zk.session_id:
+            raise InstanceIdInUseError(self.consumer_id, instance_id, stat.ephemeralOwner, path)
 
     def watch_channel(self) -> None:
         """Watch our channel's children (the command thread gets each listing).  The channel must exist; a deleted

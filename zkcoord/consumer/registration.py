@@ -162,7 +162,8 @@ def register_first(c: ConsumerCore) -> None:
     expired: wait that session out (up to the session timeout and a half), woken by a watch on the registration rather
     than by polling, before refusing.  Application thread (``start()``).
 
-    :raises ConsumerIdInUseError: another live session still holds our id at the deadline.
+    :raises ConsumerIdInUseError: another live session still holds our id (or our instance id:
+        :class:`~zkcoord.errors.InstanceIdInUseError`) at the deadline.
     :raises ZkError: on I/O failure.
     """
     path = paths.member(c.config.group, c.consumer_id)
@@ -171,9 +172,9 @@ def register_first(c: ConsumerCore) -> None:
     while True:
         try:
             c.register()
-        except ConsumerIdInUseError:
-            changed.clear()
-            held = c.zk.exists(path, watch=lambda _event: changed.set())
+        except ConsumerIdInUseError as e:
+            changed.clear()  # our id, or our static instance id (e.path), held by another session: watch that znode
+            held = c.zk.exists(e.path or path, watch=lambda _event: changed.set())
             if held is not None and not changed.wait(max(0.0, deadline - c.clock())):
                 raise
         else:

@@ -28,6 +28,9 @@ class CoordinatorConfig:
     :param fence_grace_s: how long a consumer-protocol member fenced for not revoking in time keeps its partitions
         held unless it registers again first: ZooKeeper's longest session (``maxSessionTimeout``, 40 s by default),
         past which its session has expired and its lease (S6) has stopped its fetching.
+    :param static_hold_s: how long a static member (an instance id) that left keeps its assignment for a member
+        coming back with its instance id (Kafka's consumer-protocol session timeout, 45 s by default); nobody fetches
+        its partitions meanwhile.  Held in the coordinator's memory: a failover ends every hold.
     :param unsafe_no_fencing: the ``--unsafe`` contrast of the demo: coordinator writes skip the epoch check.
         Never set it outside a demonstration.
     """
@@ -41,6 +44,7 @@ class CoordinatorConfig:
     examine_batch: int = 200
     metrics_interval_s: float = 10.0
     fence_grace_s: float = 40.0
+    static_hold_s: float = 45.0
     unsafe_no_fencing: bool = False
 
     def __post_init__(self) -> None:
@@ -58,6 +62,8 @@ class CoordinatorConfig:
             raise ConfigurationError(f"max concurrent rebalances must be within 1..10000, got {self.max_concurrent}")
         if not 1 <= self.examine_batch <= 10_000:
             raise ConfigurationError(f"examine batch must be within 1..10000, got {self.examine_batch}")
+        if not 0 <= self.static_hold_s <= 3600:
+            raise ConfigurationError(f"static hold must be within 0..3600 s, got {self.static_hold_s}")
         if not 0 <= self.fence_grace_s <= 3600:
             raise ConfigurationError(f"fence grace must be within 0..3600 s, got {self.fence_grace_s}")
         if not 0.1 <= self.metrics_interval_s <= 3600:

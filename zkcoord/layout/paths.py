@@ -158,6 +158,15 @@ def current(group_name: str, consumer_id: str) -> str:
     return f"{GROUPS}/{group_name}/current/{consumer_id}"
 
 
+def instances_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/instances"
+
+
+def instance(group_name: str, instance_id: str) -> str:
+    """A static member's instance id, held (ephemeral, its consumer id as data) by the one live member using it."""
+    return f"{GROUPS}/{group_name}/instances/{instance_id}"
+
+
 def resets_root(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/resets"
 

@@ -11,6 +11,7 @@ Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -188,6 +189,8 @@ class MemberRegistration:
     #: ``"consumer"``: the member speaks KIP-848's consumer protocol (``docs/protocol.md``, "KIP-848"); written only
     #: then (``"protocol": "consumer"``), like the other optional keys
     consumer_protocol: bool = False
+    #: a static member's instance id (KIP-848's ``group.instance.id``; consumer protocol only), written only when set
+    instance_id: str | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -204,6 +207,8 @@ class MemberRegistration:
             obj["max_poll_interval_ms"] = self.max_poll_interval_ms
         if self.consumer_protocol:
             obj["protocol"] = "consumer"
+        if self.instance_id is not None:
+            obj["instance_id"] = self.instance_id
         return dump_object(obj)
 
     @classmethod
@@ -255,8 +260,34 @@ class MemberRegistration:
             migrating=migrating,
             incremental=incremental,
             max_poll_interval_ms=interval,
-            consumer_protocol=_speaks_consumer(obj, migrating or incremental, what, path),
+            consumer_protocol=(consumer := _speaks_consumer(obj, migrating or incremental, what, path)),
+            instance_id=_instance_id(obj, consumer, what, path),
         )
+
+
+#: an instance id: as a topic name's characters, up to 249 of them (it names a znode under ``instances/``)
+INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_instance_id(instance_id: str) -> str:
+    """:raises InvalidNameError: not an instance id (``.`` and ``..`` are not znode names)."""
+    if not INSTANCE_ID.fullmatch(instance_id) or instance_id in (".", ".."):
+        raise InvalidNameError("instance id", instance_id[:60], "1..249 of [A-Za-z0-9._-], not '.' or '..'")
+    return instance_id
+
+
+def _instance_id(obj: Mapping[str, Any], consumer: bool, what: str, path: str | None) -> str | None:
+    raw = obj.get("instance_id")
+    if raw is None and "instance_id" not in obj:
+        return None
+    if not isinstance(raw, str):
+        raise CodecError(what, "field 'instance_id' must be a string", path)
+    if not consumer:
+        raise CodecError(what, 'an instance id is the consumer protocol\'s ("protocol": "consumer")', path)
+    try:
+        return check_instance_id(raw)
+    except InvalidNameError as e:
+        raise CodecError(what, str(e), path) from e
 
 
 def _speaks_consumer(obj: Mapping[str, Any], classic: bool, what: str, path: str | None) -> bool:

@@ -76,6 +76,10 @@ EVENTS: dict[str, str] = {
     "assigned, pending_revocation, granted",
     "kip848.member_fenced": "a member did not revoke within its rebalance timeout: its registration was deleted "
     "and its partitions held until it stopped: group, consumer, epoch, member_epoch, reason",
+    "kip848.member_held": "a static member left: its assignment is held for its instance id: group, consumer, "
+    "instance_id, epoch, hold_s",
+    "kip848.member_replaced": "a static member came back with its instance id and took its predecessor's place: "
+    "group, consumer, previous, instance_id, epoch, partitions",
     "kip848.member_released": "a fenced member's partitions are free again: group, consumer, epoch, reason",
     "rebalance.retrying": "an attempt failed and will be retried: group, generation, epoch, retry, backoff_s, reason",
     "rebalance.failed": "a rebalance failed for good after its retries: group, generation, epoch, retries, reason",

@@ -37,6 +37,7 @@ from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, comma
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.kip848 import ops as ops_
 from zkcoord.coordinator.kip848 import store
+from zkcoord.coordinator.kip848.members import MemberChanges
 from zkcoord.coordinator.kip848.model import (
     ASSIGNORS,
     GroupModel,
@@ -77,7 +78,7 @@ def speaks_consumer(read: ReadResult) -> bool:
     )
 
 
-class Reconciler:
+class Reconciler(MemberChanges):
     """The consumer-protocol groups of one coordinator term (worker thread only)."""
 
     def __init__(
@@ -170,39 +171,12 @@ class Reconciler:
             inflight = model.inflight.get(member)
             if inflight is not None and inflight.token == token:
                 self._fence(model, member, f"did not acknowledge its revocation within {inflight.timeout_s:g} s")
+        elif kind == "static":
+            self._expire(model, member)
         elif kind == "grace" and member in model.fenced:
             self._release(model, member, "its grace ended: any session it had has expired, so it stopped fetching")
 
     # --- membership and the group epoch ----------------------------------------------------------------------------
-
-    def _membership(self, model: GroupModel, read: ReadResult, threads: Mapping[str, Mapping[str, int]]) -> list[Op]:
-        """Members gone (or back in a new session) lose their records; newcomers start at epoch 0."""
-        live = {cid: m.incarnation for cid, m in read.snapshot.members.items()}
-        ops: list[Op] = []
-        for member in sorted(model.members):
-            if live.get(member) == model.members[member]:
-                continue
-            del model.members[member]
-            model.inflight.pop(member, None)
-            model.must_stop.discard(member)
-            if member in model.fenced and member not in live:
-                continue  # fenced by us: its partitions stay held until its grace ends or it registers again
-            model.fenced.pop(member, None)
-            model.currents.pop(member, None)
-            ops += ops_.drop_current_op(model, member)
-            self.journal.emit("kip848.member_left", group=model.group, consumer=member, epoch=self.epoch)
-        for member in sorted(set(model.fenced) & set(live)):
-            self._release(model, member, "it registered again", write=False)
-            ops += ops_.drop_current_op(model, member)
-        for member, incarnation in live.items():
-            if member not in model.members:
-                model.members[member] = incarnation
-                self.journal.emit("kip848.member_joined", group=model.group, consumer=member, epoch=self.epoch)
-        model.threads = {m: dict(t) for m, t in threads.items()}
-        model.poll_interval_ms = {
-            cid: m.registration.max_poll_interval_ms or 0 for cid, m in read.snapshot.members.items()
-        }
-        return ops
 
     def _maybe_bump(self, model: GroupModel, topics: Mapping[str, int], trigger: str, requested_at: float) -> list[Op]:
         """A new group epoch and target if what the target is computed from changed.  A model read back from its
@@ -211,7 +185,7 @@ class Reconciler:
         inputs).  A rebuilt model always bumps."""
         config = self.group_config(model.group)
         assignor = config.assignor if config.assignor in ASSIGNORS else "uniform"
-        now = basis(model.members, model.threads, topics)
+        now = basis(model.members, model.threads, topics, model.instances)
         if model.basis is not None and now == model.basis and assignor == model.assignor:
             return []
         previous = {m: t.partitions for m, t in model.targets.items()}
@@ -347,10 +321,7 @@ class Reconciler:
         base = self.group_config(model.group).rebalance_timeout_s(self.config.rebalance_timeout_s)
         interval = model.poll_interval_ms.get(member, 0)
         inflight.timeout_s = base + interval / 1000
-        self._tokens += 1
-        inflight.token = self._tokens
-        self._timers[self._tokens] = (model.group, member, "revoke")
-        self.schedule(inflight.timeout_s, model.group, self._tokens)
+        inflight.token = self._timer(model, member, "revoke", inflight.timeout_s)
 
     # --- acknowledgements ------------------------------------------------------------------------------------------
 
@@ -420,44 +391,6 @@ class Reconciler:
         elif inflight.option is CommandOption.STOP_FETCHER:
             model.must_stop.discard(member)
         self._round(model, [])
-
-    # --- fencing -------------------------------------------------------------------------------------------------
-
-    def _fence(self, model: GroupModel, member: str, reason: str) -> None:
-        """Remove a member that does not revoke in time: delete its registration (it stops, gives everything up and
-        joins again with epoch 0); its partitions stay held until it registered again or its grace ended."""
-        current = model.currents.get(member)
-        self.journal.emit(
-            "kip848.member_fenced",
-            group=model.group,
-            consumer=member,
-            epoch=self.epoch,
-            reason=reason,
-            member_epoch=current.member_epoch if current else None,
-        )
-        try:
-            self.zk.delete(paths.member(model.group, member))
-        except NoNodeError:
-            pass
-        except ZkError as e:
-            self._retry(model.group, f"cannot fence {member}: {e}")
-            return
-        # Out of the group at once: never stepped again in this incarnation, its current assignment kept (and so
-        # its partitions held, assigned and pending alike) until it is known to have stopped.
-        model.inflight.pop(member, None)
-        model.members.pop(member, None)
-        model.fenced[member] = self.clock() + self.config.fence_grace_s
-        self._tokens += 1
-        self._timers[self._tokens] = (model.group, member, "grace")
-        self.schedule(self.config.fence_grace_s, model.group, self._tokens)
-
-    def _release(self, model: GroupModel, member: str, why: str, *, write: bool = True) -> None:
-        """A fenced member's partitions are free: it registered again (so it stopped first) or its grace ended."""
-        model.fenced.pop(member, None)
-        model.currents.pop(member, None)
-        self.journal.emit("kip848.member_released", group=model.group, consumer=member, epoch=self.epoch, reason=why)
-        if write:
-            self._round(model, ops_.drop_current_op(model, member))
 
     # --- endings ---------------------------------------------------------------------------------------------------
 

@@ -81,6 +81,10 @@ class GroupModel:
     must_stop: set[str] = field(default_factory=set)
     #: members whose last command was lost (deleted unacknowledged) or may not have been heard: sent again as is
     resend: dict[str, CommandOption] = field(default_factory=dict)
+    #: static members' instance ids: consumer id -> instance id
+    instances: dict[str, str] = field(default_factory=dict)
+    #: static members that left and are held for their instance id: consumer id -> deadline (monotonic s)
+    absent: dict[str, float] = field(default_factory=dict)
     #: fenced members whose partitions stay held until they are known to have stopped: consumer id -> deadline
     fenced: dict[str, float] = field(default_factory=dict)
     #: the znodes known to exist: ``current/<m>``, ``target/<m>``, channels, owner topics
@@ -99,7 +103,9 @@ class GroupModel:
     def stable(self) -> bool:
         """Every member reconciled to the assignment epoch, and nothing in flight (KIP-848's STABLE group)."""
         return not self.inflight and all(
-            self.currents.get(m, _JOINING).is_reconciled_to(self.epochs.assignment_epoch) for m in self.members
+            self.currents.get(m, _JOINING).is_reconciled_to(self.epochs.assignment_epoch)
+            for m in self.members
+            if m not in self.absent
         )
 
     def holder(self, topic: str, partition: int) -> str | None:
@@ -118,12 +124,24 @@ def joining() -> CurrentAssignment:
     return _JOINING
 
 
-def basis(members: Mapping[str, int], threads: Mapping[str, Mapping[str, int]], partitions: Mapping[str, int]) -> Basis:
-    """What a target is computed from, in a form that compares by value (see :data:`Basis`)."""
+def basis(
+    members: Mapping[str, int],
+    threads: Mapping[str, Mapping[str, int]],
+    partitions: Mapping[str, int],
+    instances: Mapping[str, str] | None = None,
+) -> Basis:
+    """What a target is computed from, in a form that compares by value (see :data:`Basis`).  A static member counts
+    by its instance id, whatever its consumer id and session: one that comes back in its place changes nothing."""
     topics = {t for subs in threads.values() for t in subs}
+    instances = instances or {}
+
+    def key(member: str) -> tuple[str, int]:
+        instance = instances.get(member)
+        return (f"instance:{instance}", 0) if instance is not None else (member, members[member])
+
     return (
-        tuple(sorted(members.items())),
-        tuple(sorted((m, tuple(sorted(threads.get(m, {}).items()))) for m in members)),
+        tuple(sorted(key(m) for m in members)),
+        tuple(sorted((key(m)[0], tuple(sorted(threads.get(m, {}).items()))) for m in members)),
         tuple(sorted((t, partitions[t]) for t in topics if t in partitions)),
     )
 
@@ -182,7 +200,7 @@ def round_steps(model: GroupModel) -> list[MemberStep]:
     round).  Updates ``model.currents`` as it goes; the caller writes the steps, then records the commands as in
     flight.  A member told something is not stepped again in the round (it has not heard yet)."""
     steps: dict[str, MemberStep] = {}
-    told: set[str] = set(model.inflight)
+    told: set[str] = set(model.inflight) | set(model.absent)  # absent: held for a static member, not there to tell
     for member in sorted(model.must_stop - told):
         current = model.currents.get(member, _JOINING)
         steps[member] = MemberStep(member, current, current, CommandOption.STOP_FETCHER, full_stop=True)

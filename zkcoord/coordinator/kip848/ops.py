@@ -14,6 +14,8 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import encode_owner
 from zkcoord.layout.kip848 import CurrentAssignment, MemberTarget
+from zkcoord.layout.partition_set import PartitionSet
+from zkcoord.protocol.assignors.classic import thread_id
 
 
 def epoch_ops(model: GroupModel, changed: Mapping[str, MemberTarget], removed: set[str]) -> list[Op]:
@@ -111,3 +113,43 @@ def command(model: GroupModel, step: MemberStep, epoch: int, now_ms: int) -> Com
         incremental=not stop,
         incarnation=model.members[step.member],
     )
+
+
+def rename_target_ops(model: GroupModel, old: str, new: str, target: MemberTarget | None) -> list[Op]:
+    """A static member's replacement takes its predecessor's target record (same epoch: nothing was recomputed)."""
+    ops: list[Op] = []
+    if old in model.have_target:
+        ops.append(Op("delete", paths.target(model.group, old)))
+        model.have_target.discard(old)
+    if target is not None:
+        model.targets[new] = target
+        ops += epoch_ops_target(model, new, target)
+    return ops
+
+
+def epoch_ops_target(model: GroupModel, member: str, target: MemberTarget) -> list[Op]:
+    path, data = paths.target(model.group, member), target.encode()
+    ops = []
+    if not model.target_root:
+        ops.append(Op("create", paths.targets_root(model.group)))
+        model.target_root = True
+    ops.append(Op("set", path, data) if member in model.have_target else Op("create", path, data))
+    model.have_target.add(member)
+    return ops
+
+
+def rename_owner_ops(
+    model: GroupModel, old: str, new: str, assigned: PartitionSet, threads: Mapping[str, int]
+) -> list[Op]:
+    """The owner znodes of what a static member's replacement takes over name its threads: the same thread number
+    where it has that many threads for the topic, else its first."""
+    ops = []
+    for topic, parts in sorted(assigned.items()):
+        count = max(threads.get(topic, 1), 1)
+        for p in sorted(parts):
+            held = model.registry.get(topic, {}).get(p, "")
+            number = int(held.rsplit("-", 1)[1]) if held.rsplit("-", 1)[0] == old else 0
+            thread = thread_id(new, number if number < count else 0)
+            model.registry.setdefault(topic, {})[p] = thread
+            ops.append(Op("set", paths.owner(model.group, topic, p), encode_owner(thread)))
+    return ops
