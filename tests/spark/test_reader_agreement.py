@@ -66,6 +66,11 @@ LINES: list[tuple[str, str | None]] = [
     (_with(subscription={"t": None}), "malformed"),
     (_with(subscription=[1]), "malformed"),
     (_with(subscription=None), None),
+    (_with(auto_commit=False), None),
+    (_with(auto_commit=True), None),
+    (_with(auto_commit="false"), "malformed"),
+    (_with(auto_commit=0), "malformed"),
+    (_with(auto_commit=[True]), "malformed"),
     (_with(unknown_field={"anything": [1.5, "x"]}), None),
     (_with()[:-1] + ', "ts": 2}', "malformed"),  # a duplicate key
     (_with()[:-1] + ', "at_ms": NaN}', "malformed"),
