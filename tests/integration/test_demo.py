@@ -40,7 +40,9 @@ def test_every_fault_kind_is_listed() -> None:
     assert all(kind in out.stdout for kind in FAULTS)
 
 
-def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5(tmp_path: Path) -> None:
+def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5_and_commits_unprocessed_records(
+    tmp_path: Path,
+) -> None:
     out = run_cli("demo", "--run-dir", str(tmp_path / "demo"), "--duration", "36", "--json", timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     report = json.loads(out.stdout)
@@ -57,9 +59,20 @@ def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5(tmp_pat
     # consumer-kill-after-revoke: the old order commits what poll() returned before the slow application finished
     # it; killed then (it is behind its partitions, so in the middle of a batch), the rest of that batch is lost --
     # unless the contrast's own stale start-fetchers send a consumer back over those offsets (S4's after-crash
-    # duplicates), which happened in some runs (S3 11 in one, 0 in another).  So only the judgement on processed
-    # records is asserted here; the loss itself is pinned by tests/integration/test_app_contract_e2e.py.
+    # duplicates), which happened in some runs (S3 11 in one, 0 in another).  So the loss itself (S3) is pinned by
+    # tests/integration/test_app_contract_e2e.py, and here its cause is: the commit of records the application had
+    # not finished (S3-risk), which the contrast makes at every stop that finds the slow application mid-batch.
     assert props["S3"]["judged_on"] == "processed", props["S3"]
+    risk = props["S3-risk"]
+    assert risk["count"] > 0 and risk["commits_judged"] > 0, risk
+    assert all(r["consumer"].startswith(f"{r['group']}_-slow-") for r in risk["examples"]), risk["examples"]
+    safe_risk = runs["safe"]["properties"]["S3-risk"]
+    # judged (the slow application commits with auto-commit off) and clean: it commits only what it finished
+    assert safe_risk["count"] == 0 and safe_risk["commits_judged"] > 0, safe_risk
+    # every commit says its consumer's policy: off for the slow application alone
+    commits = [e.fields for e in read_journal(tmp_path / "demo" / "safe" / "journal") if e.event == "offsets.committed"]
+    policies = {("_-slow-" in f["consumer"], f.get("auto_commit")) for f in commits}
+    assert policies == {(True, False), (False, True)}, policies
     assert (tmp_path / "demo" / "analysis" / "report.html").exists()
 
 

@@ -74,9 +74,13 @@ class Run:
         self.consumers[cid].emit(ts, ev, group=GROUP, consumer=cid, thread=f"{cid}-0", topic=topic,
                                  partition=partition, offset=offset, generation=1, **extra)  # fmt: skip
 
-    def commit(self, ts: int, cid: str, partition: int, offset: int, topic: str = TOPIC) -> None:
+    def commit(
+        self, ts: int, cid: str, partition: int, offset: int, topic: str = TOPIC, *, auto_commit: bool | None = None
+    ) -> None:
+        """``offsets.committed``; ``auto_commit`` None leaves the field out (a journal written before it existed)."""
+        policy = {} if auto_commit is None else {"auto_commit": auto_commit}
         self.consumers[cid].emit(ts, "offsets.committed", group=GROUP, consumer=cid, topic=topic,
-                                 partition=partition, offset=offset)  # fmt: skip
+                                 partition=partition, offset=offset, **policy)  # fmt: skip
 
     def command(self, ts: int, cid: str, option: str, epoch: int, generation: int, *, acked: bool = True) -> None:
         c = self.coord
@@ -155,6 +159,7 @@ EXPECTED = {
     "S1": 1,  # one command.sent with epoch 1 after epoch 2 was elected
     "S2": 2,  # one overlapping pair (A and C on t-0) + one delivery of C outside any interval of its own
     "S3": 10,  # offsets 120..129 of t-0 never consumed
+    "S3-risk": 0,  # no group journals records.processed: no commit is judged
     "S4": 5,  # B consumes t-1 95..99 twice, cleanly; the 30 offsets after D's crash are allowed
     "S5": 2,  # two commands applied after a newer one (a deposed epoch's start; an older generation's stop)
 }
@@ -285,6 +290,9 @@ def mixed_groups_run(run_dir: Path) -> Run:
         h.emit(1250, "fetch.started", **common, offset=0, generation=1)
         h.emit(1300, "records.consumed", **common, first=0, last=last, count=last + 1)
         h.emit(1310, "fetch.stopped", **common, offset=last + 1, generation=1, reason="stop-fetcher")
+        # auto-commit off, committing what poll() returned: not judged, h journals nothing processed (S3-risk 0)
+        h.emit(1315, "offsets.committed", group="h", consumer=H, topic=TOPIC, partition=partition, offset=last + 1,
+               auto_commit=False)  # fmt: skip
     h.emit(1320, "consumer.deregistered", group="h", consumer=H)
     return r
 
@@ -322,13 +330,58 @@ def poll_timeout_run(run_dir: Path, *, timeout: bool = True) -> Run:
     return r
 
 
+#: What :func:`at_risk_run` commits before it is processed, per consumer (S3-risk: 20 + 50 offsets)
+AT_RISK = [
+    {"group": GROUP, "consumer": A, "topic": TOPIC, "partition": 0, "first": 30, "last": 49, "count": 20},
+    {"group": GROUP, "consumer": B, "topic": TOPIC, "partition": 1, "first": 50, "last": 99, "count": 50},
+]
+
+
+def at_risk_run(run_dir: Path, *, auto_commit: bool) -> Run:
+    """Two partitions, every record processed once (S3 0), but two commits ahead of the application, the order the
+    unsafe contrast keeps (a stop commits what ``poll()`` returned): A is handed t-0 0..49, has processed 0..29 when
+    its offset 50 is committed (30..49 at risk) and finishes 30..49 only after; B takes t-1 over at 50, is handed
+    50..99 and commits 100 before processing any (50..99 at risk: B was never handed 0..49, A processed them).  The
+    other commits follow the work.  With ``auto_commit`` the commits are by contract those of what ``poll()``
+    returned, and none is judged: S3-risk 0."""
+    r = Run(run_dir)
+    r.coord.emit(1000, "coordinator.elected", broker=1, epoch=1, session="0x10")
+    r.produce(1100, 0, 0, 99)
+    r.produce(1100, 1, 0, 99)
+    r.register(1200, A, 201, {TOPIC: 1})
+    r.fetch(1250, A, 0, True, 0)
+    r.fetch(1250, A, 1, True, 0)
+    r.consumed(1300, A, 0, 0, 49)
+    r.consumed(1300, A, 1, 0, 49)
+    processed(r, 1320, A, 0, 0, 29)
+    r.commit(1330, A, 0, 30, auto_commit=auto_commit)  # what was finished: fine
+    r.commit(1340, A, 0, 50, auto_commit=auto_commit)  # 30..49 not finished yet
+    processed(r, 1350, A, 1, 0, 49)
+    r.commit(1350, A, 1, 50, auto_commit=auto_commit)  # finished in the same millisecond: counts as before
+    processed(r, 1360, A, 0, 30, 49)
+    r.register(1400, B, 202, {TOPIC: 1})
+    r.fetch(1410, A, 1, False, 50)
+    r.fetch(1420, B, 1, True, 50)
+    r.consumed(1430, B, 1, 50, 99)
+    r.commit(1440, B, 1, 100, auto_commit=auto_commit)  # nothing finished yet
+    processed(r, 1450, B, 1, 50, 99)
+    r.commit(1460, B, 1, 100, auto_commit=auto_commit)
+    r.consumed(1470, A, 0, 50, 99)
+    processed(r, 1480, A, 0, 50, 99)
+    r.commit(1490, A, 0, 100, auto_commit=auto_commit)
+    finish(r)
+    return r
+
+
 #: The runs of :func:`processed_runs` and what each verdict counts.
 PROCESSED_EXPECTED = {
-    "gap": {"S1": 0, "S2": 0, "S3": 25, "S4": 0, "S5": 0},
-    "complete": {"S1": 0, "S2": 0, "S3": 0, "S4": 0, "S5": 0},
-    "mixed": {"S1": 0, "S2": 0, "S3": 10, "S4": 0, "S5": 0},
-    "timeout": {"S1": 0, "S2": 0, "S3": 0, "S4": 0, "S5": 0},
-    "no-timeout": {"S1": 0, "S2": 0, "S3": 0, "S4": 30, "S5": 0},
+    "gap": {"S1": 0, "S2": 0, "S3": 25, "S3-risk": 0, "S4": 0, "S5": 0},  # its commits predate the field: not judged
+    "complete": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
+    "mixed": {"S1": 0, "S2": 0, "S3": 10, "S3-risk": 0, "S4": 0, "S5": 0},
+    "timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
+    "no-timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 30, "S5": 0},
+    "at-risk": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 70, "S4": 0, "S5": 0},
+    "auto-commit": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
 }
 
 
@@ -339,4 +392,6 @@ def processed_runs(base: Path) -> list[Path]:
     mixed_groups_run(base / "mixed")
     poll_timeout_run(base / "timeout")
     poll_timeout_run(base / "no-timeout", timeout=False)
+    at_risk_run(base / "at-risk", auto_commit=False)
+    at_risk_run(base / "auto-commit", auto_commit=True)
     return [base / name for name in PROCESSED_EXPECTED]

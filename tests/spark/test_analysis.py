@@ -24,6 +24,7 @@ TABLES = (
     "consumption",
     "missing_ranges",
     "duplicate_ranges",
+    "committed_unprocessed",
     "commands",
     "faults",
     "overlaps",
@@ -55,7 +56,7 @@ def verdict(spark: SparkSession, runs: Path) -> Verdict:
 def test_clean_run_passes_every_property(verdict: Verdict) -> None:
     clean = verdict.run("clean")
     assert clean.ok
-    assert {p.key: p.count for p in clean.properties} == dict.fromkeys(("S1", "S2", "S3", "S4", "S5"), 0)
+    assert {p.key: p.count for p in clean.properties} == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5"), 0)
     assert clean.property("S3").details["expected"] == 200
     assert clean.rebalances["completed"] == 2
 

@@ -1,6 +1,7 @@
 """S3 and S4 judged on what the application processed (``records.processed``) for the groups that journal it, on
 what ``poll()`` handed out (``records.consumed``) for the others; a ``consumer.poll_timeout`` allows the duplicates
-of the member's uncommitted tail, as a crash does.  One analysis of five crafted runs serves the module."""
+of the member's uncommitted tail, as a crash does; S3-risk counts what consumers with auto-commit off committed
+before their application processed it.  One analysis of seven crafted runs serves the module."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import PROCESSED_EXPECTED, PROCESSED_GAP
+from tests.spark.journals import AT_RISK, PROCESSED_EXPECTED, PROCESSED_GAP, A, B
 from zkcoord.analysis import Verdict
 
 pytestmark = pytest.mark.spark
@@ -70,4 +71,45 @@ def test_the_tables_say_what_was_judged(processed_runs_verdict: tuple[Path, Verd
     assert [(r["first"], r["last"], r["after_crash"], r["judged_on"]) for r in dups] == [(50, 79, True, "processed")]
     table = processed_runs_verdict[1].table()
     judged = next(line for line in table.splitlines() if line.startswith("S3, S4 judged on"))
-    assert judged.split()[-5:] == ["processed", "processed", "processed+consumed", "processed", "processed"]
+    assert judged.split()[-7:] == ["processed", "processed", "processed+consumed", *["processed"] * 4]
+
+
+def test_a_commit_ahead_of_the_application_is_at_risk_though_nothing_is_lost(
+    processed_runs_verdict: tuple[Path, Verdict],
+) -> None:
+    """S3-risk counts the cause, not the effect: every record of the run is processed (S3 0), but two commits by
+    consumers with auto-commit off were ahead of their application, and the run fails on them."""
+    run = processed_runs_verdict[1].run("at-risk")
+    assert {p.key: p.count for p in run.properties} == PROCESSED_EXPECTED["at-risk"]
+    risk = run.property("S3-risk")
+    assert risk.details["examples"] == AT_RISK
+    assert (risk.details["ranges"], risk.details["consumers"], risk.details["commits_judged"]) == (2, 2, 6)
+    assert run.status == "FAIL"
+    table = processed_runs_verdict[1].table()
+    row = next(line for line in table.splitlines() if line.startswith("S3-risk"))
+    assert "70 FAIL" in row
+    assert f"S3 at risk in at-risk: 70 offsets committed unprocessed, first: g t-0 30..49 by consumer {A}" in table
+
+
+def test_commits_that_follow_the_work_or_the_auto_commit_contract_are_not_at_risk(
+    processed_runs_verdict: tuple[Path, Verdict],
+) -> None:
+    """The same commits with auto-commit on (the contract: what poll() returned), commits written before the field
+    existed (``gap``: its loss is S3's), and commits of a group that journals no processed records (``h`` of
+    ``mixed``) are not judged; commits of finished work (``complete``) are judged and pass."""
+    verdict = processed_runs_verdict[1]
+    for name in ("auto-commit", "gap", "mixed", "complete"):
+        risk = verdict.run(name).property("S3-risk")
+        assert (risk.count, risk.details["examples"]) == (0, []), name
+    assert verdict.run("auto-commit").status == "PASS"
+    assert verdict.run("auto-commit").property("S3-risk").details["commits_judged"] == 0
+    assert verdict.run("gap").property("S3-risk").details["commits_judged"] == 0
+
+
+def test_the_ranges_committed_unprocessed_are_a_table(
+    processed_runs_verdict: tuple[Path, Verdict], spark: SparkSession
+) -> None:
+    out = processed_runs_verdict[0] / "out" / "tables"
+    rows = spark.read.parquet(str(out / "committed_unprocessed")).where("run = 'at-risk'").collect()
+    got = sorted((r["consumer"], r["partition"], r["first"], r["last"]) for r in rows)
+    assert got == [(A, 0, 30, 49), (B, 1, 50, 99)]

@@ -66,6 +66,11 @@ LINES: list[tuple[str, str | None]] = [
     (_with(subscription={"t": None}), "malformed"),
     (_with(subscription=[1]), "malformed"),
     (_with(subscription=None), None),
+    (_with(auto_commit=False), None),
+    (_with(auto_commit=True), None),
+    (_with(auto_commit="false"), "malformed"),
+    (_with(auto_commit=0), "malformed"),
+    (_with(auto_commit=[True]), "malformed"),
     (_with(unknown_field={"anything": [1.5, "x"]}), None),
     (_with()[:-1] + ', "ts": 2}', "malformed"),  # a duplicate key
     (_with()[:-1] + ', "at_ms": NaN}', "malformed"),
@@ -153,10 +158,13 @@ def test_a_run_with_mistyped_lines_is_inconclusive_not_pass(spark: SparkSession,
 
 def test_both_verdicts_agree_on_runs_with_processed_records(processed_runs_verdict: tuple[Path, Verdict]) -> None:
     """The Spark verdict and the single-process reference (:func:`python_analysis`) count the same violations of
-    every property, and name the same missing ranges, on runs judged on processed records."""
+    every property, and name the same missing ranges and the same ranges committed unprocessed (S3-risk, with the
+    same commits judged), on runs judged on processed records."""
     base, verdict = processed_runs_verdict
     for name, expected in PROCESSED_EXPECTED.items():
         ref = python_analysis(base / name / "journal")
         spark_run = verdict.run(name)
         assert {p.key: p.count for p in spark_run.properties} == ref.counts == expected, name
         assert spark_run.property("S3").details["examples"] == ref.missing, name
+        risk = spark_run.property("S3-risk").details
+        assert (risk["examples"], risk["commits_judged"]) == (ref.at_risk, ref.commits_judged), name

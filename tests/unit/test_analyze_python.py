@@ -1,17 +1,21 @@
 """The single-process reference verdict (``zkcoord.bench.analyze_python``) on crafted journals: S3 and S4 judged on
 ``records.processed`` for the groups that journal it, on ``records.consumed`` for the others, and a
-``consumer.poll_timeout`` allowing the duplicates of the member's uncommitted tail.  (The Spark verdict is checked
+``consumer.poll_timeout`` allowing the duplicates of the member's uncommitted tail; S3-risk counting what a consumer
+with auto-commit off committed before its application processed it.  (The Spark verdict is checked
 on the same journals in ``tests/spark/test_processed.py``, and against this one in
 ``tests/spark/test_reader_agreement.py``.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.spark.journals import (
+    AT_RISK,
     EXPECTED,
     PROCESSED_EXPECTED,
     PROCESSED_GAP,
+    at_risk_run,
     clean_run,
     finish,
     mixed_groups_run,
@@ -74,3 +78,49 @@ def test_a_duplicate_processed_after_a_poll_timeout_is_allowed(tmp_path: Path) -
     assert python_analysis(tmp_path / "timeout" / "journal").counts == PROCESSED_EXPECTED["timeout"]
     # without the timeout the member left nothing uncommitted: 50..79 processed twice are clean duplicates
     assert python_analysis(tmp_path / "control" / "journal").counts == PROCESSED_EXPECTED["no-timeout"]
+
+
+def test_a_commit_ahead_of_the_application_is_at_risk(tmp_path: Path) -> None:
+    """Every record is processed (S3 0), but A's commit of t-0 50 came when its application had finished 0..29, and
+    B's of t-1 100 before it had finished any of 50..99 (B was never handed 0..49): 70 offsets at risk."""
+    at_risk_run(tmp_path, auto_commit=False)
+    found = python_analysis(tmp_path / "journal")
+    assert found.counts == PROCESSED_EXPECTED["at-risk"]
+    assert found.at_risk == AT_RISK
+    assert found.commits_judged == 6
+
+
+def test_commits_under_auto_commit_or_without_the_field_are_not_judged(tmp_path: Path) -> None:
+    at_risk_run(tmp_path / "auto", auto_commit=True)
+    processed_run(tmp_path / "old", gap=True)  # commits without auto_commit: an older journal
+    for name in ("auto", "old"):
+        found = python_analysis(tmp_path / name / "journal")
+        assert (found.counts["S3-risk"], found.at_risk, found.commits_judged) == (0, [], 0), name
+    # the older journal's loss is still S3's
+    assert python_analysis(tmp_path / "old" / "journal").counts["S3"] == 25
+
+
+def test_a_group_that_journals_no_processed_records_is_not_judged_on_its_commits(tmp_path: Path) -> None:
+    """Group h of the mixed run commits with auto-commit off, but journals only records.consumed: nothing says
+    what its application finished, so its commits are not judged."""
+    mixed_groups_run(tmp_path)
+    found = python_analysis(tmp_path / "journal")
+    assert (found.counts["S3-risk"], found.commits_judged) == (0, 0)
+
+
+def test_commits_that_follow_the_work_are_judged_and_pass(tmp_path: Path) -> None:
+    """The commits of the at-risk run that follow the work alone (the two ahead of it left out): judged, none at
+    risk.  A commit in the millisecond its records were processed counts as after them."""
+    at_risk_run(tmp_path, auto_commit=False)
+    for path in (tmp_path / "journal").glob("*.jsonl"):
+        lines = path.read_text().splitlines(keepends=True)
+        ahead = [json.loads(line) for line in lines]
+        path.write_text(
+            "".join(
+                line
+                for line, e in zip(lines, ahead, strict=True)
+                if not (e["ev"] == "offsets.committed" and e["ts"] in (1340, 1440))
+            )
+        )
+    found = python_analysis(tmp_path / "journal")
+    assert (found.counts["S3-risk"], found.at_risk, found.commits_judged) == (0, [], 4)

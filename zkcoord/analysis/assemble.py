@@ -14,6 +14,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from zkcoord.analysis.load import RunInput
+from zkcoord.analysis.ranges import length, merge_ranges
+from zkcoord.analysis.tables import PARTITION_KEYS
 from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, judged_on_label
 
 Rows = dict[str, dict[str, Any]]
@@ -35,6 +37,9 @@ class Tables:
     outside: DataFrame
     missing: DataFrame
     duplicates: DataFrame
+    #: S3-risk: per consumer, the islands of offsets committed before they were processed; and the commits judged
+    unprocessed: DataFrame
+    commits: DataFrame
     consumption: DataFrame
     stale: DataFrame
     rejections: DataFrame
@@ -89,7 +94,7 @@ def _collect(parts: Sequence[DataFrame]) -> tuple[Rows, dict[str, dict[str, list
 def run_verdicts(
     t: Tables, runs: Sequence[RunInput], reads: dict[str, ReadCounts], invalid_regexes: Mapping[str, Sequence[str]]
 ) -> list[RunVerdict]:
-    """Aggregate the tables per run (one Spark job) and judge S1-S5 (definitions in docs/analysis.md).
+    """Aggregate the tables per run (one Spark job) and judge S1-S5 and S3-risk (definitions in docs/analysis.md).
 
     ``invalid_regexes``: per run, the regex subscriptions outside the topic-pattern dialect, which S3 left out.
     """
@@ -102,6 +107,10 @@ def run_verdicts(
         metrics(t.intervals, intervals=n),
         metrics(t.missing, missing=F.sum("count"), missing_ranges=n),
         metrics(t.duplicates, dups=F.sum("count"), after_crash=F.sum(F.when(F.col("after_crash"), F.col("count")))),
+        # offsets at risk are counted once per partition, however many consumers committed them unprocessed
+        metrics(merge_ranges(t.unprocessed, PARTITION_KEYS), at_risk=F.sum(length())),
+        metrics(t.unprocessed, at_risk_ranges=n, at_risk_consumers=F.count_distinct("group", "consumer")),
+        metrics(t.commits, commits_judged=n),
         metrics(
             t.consumption,
             expected=F.sum(F.when(F.col("subscribed"), F.col("produced"))),
@@ -148,6 +157,11 @@ def run_verdicts(
         examples(
             t.missing, "missing", ["group", "topic", "partition", "first"],
             ["group", "topic", "partition", "first", "last", "count", "judged_on"],
+        ),
+        examples(
+            t.unprocessed.withColumn("count", length()), "at_risk",
+            ["group", "topic", "partition", "first", "consumer"],
+            ["group", "consumer", "topic", "partition", "first", "last", "count"],
         ),
         examples(
             t.stale, "stale", ["applied_ts"],
@@ -203,6 +217,13 @@ def _judge(
             "groups_on_consumed": on_consumed,
             "invalid_regexes": list(invalid_regexes),
             "examples": shown.get("missing", []),
+        }),
+        PropertyResult("S3-risk", PROPERTIES["S3-risk"], n("at_risk"), {
+            "offsets_at_risk": n("at_risk"),
+            "ranges": n("at_risk_ranges"),
+            "consumers": n("at_risk_consumers"),
+            "commits_judged": n("commits_judged"),
+            "examples": shown.get("at_risk", []),
         }),
         PropertyResult("S4", PROPERTIES["S4"], n("dups") - n("after_crash"), {
             "judged_on": judged_on,

@@ -1,8 +1,10 @@
-"""The safety properties S1-S5 as DataFrame transforms: each returns the offending rows (docs/analysis.md).
+"""The safety properties S1-S5 (and S3-risk) as DataFrame transforms: each returns the offending rows
+(docs/analysis.md).
 
 * S1 :func:`deposed_writes` (and the ``epoch_regression`` column of :func:`zkcoord.analysis.tables.terms`)
 * S2 :func:`overlaps`, :func:`outside_ownership`
 * S3 :func:`subscribed_topics`, then :func:`zkcoord.analysis.ranges.sweep` of produced minus judged islands
+* S3-risk :func:`judged_commits`, then :func:`committed_unprocessed`
 * S4 :func:`crash_tails`, then the duplicated islands intersected with them
 * S5 :func:`stale_applied`, :func:`rejections`
 
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from zkcoord.analysis.ranges import islands, merge_ranges, sweep
 from zkcoord.analysis.tables import PARTITION_KEYS, of
 from zkcoord.layout import topic_regex
 
@@ -197,6 +200,82 @@ def crash_tails(events: DataFrame, judged: DataFrame, members: DataFrame) -> Dat
             F.col("last"),
         )
         .where(F.col("last") >= F.col("first"))
+    )
+
+
+# --- S3 at risk ----------------------------------------------------------------------------------------------------
+
+COMMITTER = ("run", "group", "consumer", "topic", "partition")
+
+
+def judged_commits(events: DataFrame, groups: DataFrame) -> DataFrame:
+    """The commits S3-risk judges: ``offsets.committed`` with ``auto_commit: false`` of the groups in ``groups``
+    (``run, group``: those that journal ``records.processed``).  Columns: ``run, group, consumer, topic, partition,
+    ts, offset``.
+
+    With auto-commit on, a consumer commits what ``poll()`` returned, by contract (Kafka's ``enable.auto.commit``);
+    a journal without the field (written before it existed) says nothing about the policy; a group that journals no
+    processed records says nothing about what was finished.  None of those is judged.
+    """
+    return (
+        of(events, "offsets.committed")
+        .where((F.col("auto_commit") == F.lit(False)) & F.col("offset").isNotNull())
+        .join(F.broadcast(groups.select("run", "group")), ["run", "group"])
+        .select(*COMMITTER, "ts", "offset")
+    )
+
+
+def committed_unprocessed(commits: DataFrame, consumed: DataFrame, processed: DataFrame) -> DataFrame:
+    """S3 at risk: the offsets a consumer committed before its application had processed them (the cause of the
+    loss S3 sees only if the consumer then dies before it finishes them, and nobody processes them again).
+
+    ``commits`` are :func:`judged_commits`; ``consumed`` and ``processed`` the ``records.consumed`` and
+    ``records.processed`` ranges (:func:`zkcoord.analysis.tables.consumed_ranges`: ``ts`` is when they were handed
+    out, or finished).  For a commit of offset ``V`` by consumer ``C`` for a partition at time ``t``: ``L`` is the
+    highest offset of the partition C's application had processed at or before ``t`` (none: -1), ``H`` the highest
+    poll() had handed C at or before ``t``; the offsets at risk are those of ``L+1 .. min(V-1, H)`` that poll() handed
+    to C.  Output: ``run, group, consumer, topic, partition, first, last``, the islands of each consumer's offsets at
+    risk (merged over its commits).
+
+    One window per consumer and partition over its handed, processed and committed events in time order (records of
+    the commit's millisecond count as before it), then a merge and an intersection with the handed islands: the cost
+    grows with the number of events, never with the offsets.
+    """
+    keys = commits.select(*COMMITTER).distinct()
+    handed = consumed.join(keys, list(COMMITTER), "left_semi")
+    finished = processed.join(keys, list(COMMITTER), "left_semi")
+
+    def stream(df: DataFrame, kind: str, value: str) -> DataFrame:
+        return df.select(*COMMITTER, "ts", F.col(value).alias("value"), F.lit(kind).alias("kind"))
+
+    timeline = (
+        stream(handed, "handed", "last")
+        .unionByName(stream(finished, "processed", "last"))
+        .unionByName(stream(commits, "commit", "offset"))
+    )
+    upto = Window.partitionBy(*COMMITTER).orderBy("ts").rangeBetween(Window.unboundedPreceding, Window.currentRow)
+    kind = F.col("kind")
+    marked = timeline.select(
+        *COMMITTER,
+        kind,
+        F.col("value"),
+        F.max(F.when(kind == "handed", F.col("value"))).over(upto).alias("top_handed"),
+        F.max(F.when(kind == "processed", F.col("value"))).over(upto).alias("top_processed"),
+    )
+    candidates = (
+        marked.where((kind == "commit") & F.col("top_handed").isNotNull())
+        .select(
+            *COMMITTER,
+            (F.coalesce(F.col("top_processed"), F.lit(-1)) + F.lit(1)).alias("first"),
+            F.least(F.col("value") - F.lit(1), F.col("top_handed")).alias("last"),
+        )
+        .where(F.col("last") >= F.col("first"))
+    )
+    return sweep(
+        islands(merge_ranges(candidates, COMMITTER), COMMITTER),
+        islands(merge_ranges(handed, COMMITTER), COMMITTER),
+        COMMITTER,
+        "and",
     )
 
 

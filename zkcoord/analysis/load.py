@@ -171,7 +171,7 @@ def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Colum
     or an integer beyond 64 bits where an integer is expected), and for strings the text of any value.  ``value`` is
     the field as a variant.  Each test looks at ``typed`` first, so the variant is consulted only when needed.
     """
-    if kind == "int":
+    if kind in ("int", "bool"):  # from_json reads a value of another JSON type as null
         return typed.isNull() & present
     if kind == "float":  # from_json takes the strings "NaN" and "Infinity" as doubles: finite rules them out
         return (typed.isNull() & present) | F.isnan(typed) | (F.abs(typed) == F.lit(float("inf")))

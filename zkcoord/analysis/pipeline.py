@@ -250,9 +250,12 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
     )
     expected = consumption.expected_ranges(produced_merged, subscribed)
     tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
-    missing, duplicates = _together(
+    # S3-risk: what consumers with auto-commit off committed before their application processed it
+    commits = checks.judged_commits(other, groups)
+    missing, duplicates, unprocessed = _together(
         lambda: _checkpoint(consumption.missing_ranges(expected, judged_merged, groups)),
         lambda: _checkpoint(consumption.duplicate_ranges(judged_merged, tails, groups)),
+        lambda: _checkpoint(checks.committed_unprocessed(commits, consumed, processed)),
     )
 
     say(f"writing tables to {out / 'tables'}")
@@ -271,6 +274,7 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         ),
         "missing_ranges": missing,
         "duplicate_ranges": duplicates,
+        "committed_unprocessed": unprocessed,
         "commands": tables.commands(other, stale),
         "faults": tables.faults(other),
         "overlaps": checks.overlaps(intervals),
@@ -298,6 +302,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         outside=disk["outside_ownership"],
         missing=missing,
         duplicates=duplicates,
+        unprocessed=unprocessed,
+        commits=commits,
         consumption=disk["consumption"],
         stale=stale,
         rejections=checks.rejections(other),

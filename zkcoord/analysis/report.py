@@ -215,6 +215,7 @@ def _html(verdict: Verdict, images: dict[str, dict[str, str]]) -> str:
         body.append(f"<tr><th>{e(label)}</th>{''.join(f'<td>{e(v)}</td>' for v in values)}</tr>")
     overall = "".join(f'<td class="{"pass" if r.ok else "fail"}">{r.status}</td>' for r in verdict.runs)
     body.append(f"<tr><th>verdict</th>{overall}</tr>")
+    notes = "".join(f"<p>{e(note)}</p>" for r in verdict.runs if (note := r.at_risk_note()) is not None)
     sections = []
     for kind, title in PLOTS:
         figures = "".join(
@@ -239,6 +240,7 @@ definitions in docs/analysis.md.</p>
 <table><tr><th>property</th>{head}</tr>
 {"".join(body)}
 </table>
+{notes}
 {"".join(sections)}
 </body></html>
 """

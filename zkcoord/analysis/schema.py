@@ -26,6 +26,7 @@ _SPARK_TYPES: dict[str, T.DataType] = {
     "int": T.LongType(),
     "float": T.DoubleType(),
     "str": T.StringType(),
+    "bool": T.BooleanType(),
     "text": T.StringType(),
     "counts": T.MapType(T.StringType(), T.LongType()),
     "int|list": T.LongType(),  # the count; a list is read as null (not used by the analysis)

@@ -1,5 +1,9 @@
 """The verdict of an analysis: per run, each safety property with its count and PASS/FAIL, plus what was skipped.
 
+``S3-risk`` stands beside S3: S3 counts the records never processed (the loss), S3-risk the offsets a consumer with
+auto-commit off committed before its application had processed them (the cause: a loss as soon as that consumer
+dies before finishing them and nobody processes them again).  It fails a run as any property does.
+
 Plain dataclasses (no Spark types), so :mod:`zkcoord.cli.demo_cmd` and tests can use a verdict without Spark.
 """
 
@@ -13,6 +17,7 @@ PROPERTIES: dict[str, str] = {
     "S1": "one coordinator acts",
     "S2": "no double ownership",
     "S3": "no loss",
+    "S3-risk": "nothing committed unprocessed",
     "S4": "no clean-rebalance duplicates",
     "S5": "no stale command applied",
 }
@@ -120,6 +125,22 @@ class RunVerdict:
             return f"{p.count} FAIL"
         return f"{p.count} {'PASS' if self.read.unusable == 0 else 'INCONCLUSIVE'}"
 
+    def at_risk_note(self) -> str | None:
+        """One line on the offsets committed before they were processed (S3-risk), naming the first range; None
+        when there are none."""
+        risk = [p for p in self.properties if p.key == "S3-risk" and p.count]
+        if not risk:
+            return None
+        shown = risk[0].details.get("examples") or [{}]
+        first = shown[0]
+        where = (
+            f", first: {first['group']} {first['topic']}-{first['partition']} {first['first']}..{first['last']} "
+            f"by consumer {first['consumer']}"
+            if first
+            else ""
+        )
+        return f"S3 at risk in {self.run}: {risk[0].count} offsets committed unprocessed{where}"
+
     def property(self, key: str) -> PropertyResult:
         for p in self.properties:
             if p.key == key:
@@ -202,7 +223,8 @@ class Verdict:
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]
         ]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        notes = [note for r in self.runs if (note := r.at_risk_note()) is not None]
+        return "\n".join([*lines, "", *notes] if notes else lines)
 
 
 def _rebalance_cell(r: RunVerdict) -> str:

@@ -39,7 +39,8 @@ BATCH = 100  # records per produce.batch / records.consumed
 TICK_MS = 10
 REBALANCE_EVERY = 400  # ticks
 GROUP, TOPIC = "g", "bench"
-INJECTED = {"S1": 1, "S2": 1, "S3": BATCH, "S4": BATCH, "S5": 1}
+#: S3-risk stays 0: the synthetic consumers journal no records.processed, so their commits are not judged
+INJECTED = {"S1": 1, "S2": 1, "S3": BATCH, "S3-risk": 0, "S4": BATCH, "S5": 1}
 CORE = '{"v":1,"ts":%d,"mono":%d,"seq":%d,"role":"%s","pid":%d,"ev":"%s",'
 
 

@@ -1,11 +1,14 @@
-"""The single-process pass of ``zkcoord bench analyze``: the S1-S5 verdict counts (``docs/analysis.md``) of one run's
-journal, computed by one Python process with the reference reader :func:`zkcoord.runtime.journal.read_journal`,
-dictionaries and sorted lists -- the baseline the Spark analysis is timed against, and must agree with
+"""The single-process pass of ``zkcoord bench analyze``: the verdict counts (S1-S5 and S3-risk, ``docs/analysis.md``)
+of one run's journal, computed by one Python process with the reference reader
+:func:`zkcoord.runtime.journal.read_journal`, dictionaries and sorted lists -- the baseline the Spark analysis is
+timed against, and must agree with
 (:mod:`zkcoord.bench.analyze`; ``tests/spark/test_reader_agreement.py``).  Pure: reads the journal, returns the
 counts; any thread.
 
 As the Spark analysis, it judges S3 and S4 of a group on its ``records.processed`` ranges if its journal holds any,
-else on its ``records.consumed`` ranges; S2 on fetch intervals and ``records.consumed``.
+else on its ``records.consumed`` ranges; S2 on fetch intervals and ``records.consumed``; S3-risk (what a consumer
+with auto-commit off committed before its application processed it) on the commits of groups that journal
+``records.processed``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ def _subtract(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
             k += 1
         if lo <= last:
             out.append((lo, last))
+    return out
+
+
+def _intersect(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
+    """The ranges both islands ``a`` and ``b`` cover (both sorted and disjoint: one sweep)."""
+    out: list[tuple[int, int]] = []
+    i = k = 0
+    while i < len(a) and k < len(b):
+        lo, hi = max(a[i][0], b[k][0]), min(a[i][1], b[k][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[k][1]:
+            i += 1
+        else:
+            k += 1
     return out
 
 
@@ -258,6 +276,48 @@ def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[st
     return clean
 
 
+def _at_risk(j: Journal, processing: set[str]) -> tuple[list[dict[str, Any]], int, int]:
+    """S3 at risk, as :func:`zkcoord.analysis.checks.committed_unprocessed`: the offsets a consumer with auto-commit
+    off committed before its application had processed them.  Returns the ranges per consumer (``group``,
+    ``consumer``, ``topic``, ``partition``, ``first``, ``last``, ``count``, sorted), the distinct offsets per
+    partition (the count) and the commits judged."""
+    commits: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for ts, f in j.by["offsets.committed"]:
+        if f.get("auto_commit") is False and f.get("group") in processing and f.get("offset") is not None:
+            commits[(f["group"], f.get("consumer"), f.get("topic"), f.get("partition"))].append((ts, f["offset"]))
+    found: list[dict[str, Any]] = []
+    per_partition: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    for (group, consumer, topic, partition), done in commits.items():
+        handed = [(ts, a, b) for ts, a, b, c in j.consumed.get((group, topic, partition), []) if c == consumer]
+        finished = [(ts, b) for ts, _a, b, c in j.processed.get((group, topic, partition), []) if c == consumer]
+        # in time order; records handed out or processed in a commit's millisecond count as before it
+        timeline = sorted(
+            [(ts, 0, "handed", b) for ts, _a, b in handed]
+            + [(ts, 0, "processed", b) for ts, b in finished]
+            + [(ts, 1, "commit", v) for ts, v in done]
+        )
+        top: dict[str, int] = {}
+        candidates: list[tuple[int, int]] = []
+        for _ts, _order, kind, value in timeline:
+            if kind != "commit":
+                top[kind] = max(top.get(kind, value), value)
+            elif "handed" in top:
+                # above the highest offset processed by then, below the commit, up to the highest handed out by then
+                first, last = top.get("processed", -1) + 1, min(value - 1, top["handed"])
+                if first <= last:
+                    candidates.append((first, last))
+        ranges = _intersect(_merge(candidates)[0], _merge([(a, b) for _ts, a, b in handed])[0])
+        per_partition[(group, topic, partition)] += ranges
+        found += [
+            {"group": group, "consumer": consumer, "topic": topic, "partition": partition, "first": a, "last": b,
+             "count": b - a + 1}
+            for a, b in ranges
+        ]  # fmt: skip
+    found.sort(key=lambda r: (r["group"], r["topic"], r["partition"], r["first"], r["consumer"]))
+    offsets = sum(last - first + 1 for spans in per_partition.values() for first, last in _merge(spans)[0])
+    return found, offsets, sum(len(done) for done in commits.values())
+
+
 def _s5(j: Journal) -> int:
     """Applied commands older (epoch or generation) than one the same consumer had applied before."""
     top: dict[tuple[str, str], tuple[int, int]] = {}
@@ -273,18 +333,23 @@ def _s5(j: Journal) -> int:
 
 
 def python_verdict(journal: Path) -> dict[str, int]:
-    """S1-S5 counts (docs/analysis.md) in one process: the reference reader, dictionaries and sorted lists."""
+    """S1-S5 and S3-risk counts (docs/analysis.md) in one process: the reference reader, dictionaries and sorted
+    lists."""
     return python_analysis(journal).counts
 
 
 @dataclass(frozen=True)
 class PythonAnalysis:
-    """What :func:`python_analysis` found: the S1-S5 counts, the missing ranges (S3: ``group``, ``topic``,
-    ``partition``, ``first``, ``last``, ``count``, ``judged_on``) and the groups judged on processed records."""
+    """What :func:`python_analysis` found: the counts of S1-S5 and S3-risk, the missing ranges (S3: ``group``,
+    ``topic``, ``partition``, ``first``, ``last``, ``count``, ``judged_on``), the groups judged on processed records,
+    the ranges committed unprocessed (S3-risk: per ``group``, ``consumer``, ``topic``, ``partition``: ``first``,
+    ``last``, ``count``) and how many commits S3-risk judged."""
 
     counts: dict[str, int]
     missing: list[dict[str, Any]]
     processing: frozenset[str]
+    at_risk: list[dict[str, Any]]
+    commits_judged: int
 
 
 def python_analysis(journal: Path) -> PythonAnalysis:
@@ -298,11 +363,13 @@ def python_analysis(journal: Path) -> PythonAnalysis:
          "judged_on": "processed" if g in processing else "consumed"}
         for g, t, p, a, b in _missing(j, merged)
     ]  # fmt: skip
+    at_risk, risked, judged_commits = _at_risk(j, processing)
     counts = {
         "S1": _s1(j, elected),
         "S2": _s2(j),
         "S3": sum(m["count"] for m in missing),
+        "S3-risk": risked,
         "S4": _s4(j, ranges, processing, merged),
         "S5": _s5(j),
     }
-    return PythonAnalysis(counts, missing, frozenset(processing))
+    return PythonAnalysis(counts, missing, frozenset(processing), at_risk, judged_commits)

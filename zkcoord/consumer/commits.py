@@ -149,6 +149,8 @@ class Commits:
             self.c.bridge.commit(positions)
 
     def _journal(self, written: dict[TopicPartition, int]) -> None:
+        # auto_commit says which policy the commit answers to: with it off, nothing the application has not finished
+        # may be committed, and the analysis checks that against its records.processed ("S3 at risk")
         for tp, offset in sorted(written.items()):
             self.c.journal.emit(
                 "offsets.committed",
@@ -157,6 +159,7 @@ class Commits:
                 topic=tp.topic,
                 partition=tp.partition,
                 offset=offset,
+                auto_commit=self.c.config.auto_commit,
             )
 
 

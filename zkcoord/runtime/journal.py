@@ -118,7 +118,9 @@ EVENTS: dict[str, str] = {
         "records the application finished processing (written by it, after its work): group, consumer, thread, "
         "topic, partition, first, last, count, at_ms"
     ),
-    "offsets.committed": "a committed offset: group, consumer, topic, partition, offset",
+    "offsets.committed": (
+        "a committed offset: group, consumer, topic, partition, offset, auto_commit (the committing consumer's setting)"
+    ),
     "offsets.fenced": "a commit refused because the partition has another owner: group, consumer, topic, partition",
     "offsets.reset": (
         "a position was out of its log's range and the reset policy moved it (or held the partition, to null): "
@@ -259,8 +261,9 @@ _CORE_KEYS = ("v", "ts", "mono", "seq", "role", "pid", "ev")
 #: :func:`read_journal` and the Spark schema, :mod:`zkcoord.analysis.schema`, which is built from it).  Kinds:
 #: ``int`` an integer that fits 64 bits (not a boolean); ``float`` a finite number; ``str`` a string; ``text`` any
 #: value (a field whose shape differs between event types, read as its JSON text); ``counts`` an object of ``int``;
-#: ``int|list`` an integer or a list (``partitions``: a count, or the partitions themselves in older journals).
-#: ``null`` is absence, whatever the kind.  A line whose field has another type is malformed: counted, never used.
+#: ``int|list`` an integer or a list (``partitions``: a count, or the partitions themselves in older journals);
+#: ``bool`` ``true`` or ``false``.  ``null`` is absence, whatever the kind.  A line whose field has another type is
+#: malformed: counted, never used.
 FIELD_KINDS: dict[str, str] = {
     # core fields (v: a non-integer v is a newer schema, not a malformed line)
     "v": "int",
@@ -283,6 +286,7 @@ FIELD_KINDS: dict[str, str] = {
     "count": "int",
     "offset": "int",
     "at_ms": "float",
+    "auto_commit": "bool",
     # coordination
     "epoch": "int",
     "generation": "int",
@@ -329,6 +333,8 @@ def _has_kind(value: object, kind: str) -> bool:
         return isinstance(value, dict) and all(_is_int(v) for v in value.values())
     if kind == "int|list":
         return _is_int(value) or isinstance(value, list)
+    if kind == "bool":
+        return type(value) is bool
     return True  # text
 
 

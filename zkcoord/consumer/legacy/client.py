@@ -82,7 +82,7 @@ class LegacyConsumer:
         self.legacy = legacy or LegacyConfig()
         self.consumer_id = config.consumer_id or new_consumer_id(config.group)
         self.journal = journal or Journal(None, "consumer")
-        self.events = EventLog(self.journal, config.group, self.consumer_id)
+        self.events = EventLog(self.journal, config.group, self.consumer_id, auto_commit=config.auto_commit)
         self.clock = clock
         self.wall_ms = wall_ms
         self.zk = ZkClient(

@@ -41,10 +41,12 @@ LEGACY_EVENTS: dict[str, str] = {
 class EventLog:
     """One legacy consumer's journal, with ``group`` and ``consumer`` filled in.  Thread-safe (the journal is)."""
 
-    def __init__(self, journal: Journal, group: str, consumer_id: str) -> None:
+    def __init__(self, journal: Journal, group: str, consumer_id: str, *, auto_commit: bool) -> None:
         self.journal = journal
         self.group = group
         self.consumer_id = consumer_id
+        #: the consumer's commit policy, journalled with each commit (see docs/journal.md, ``offsets.committed``)
+        self.auto_commit = auto_commit
 
     def emit(self, event: str, **fields: object) -> None:
         self.journal.emit(event, group=self.group, consumer=self.consumer_id, **fields)
@@ -59,7 +61,13 @@ class EventLog:
 
     def committed(self, written: Mapping[TopicPartition, int]) -> None:
         for tp, offset in sorted(written.items()):
-            self.emit("offsets.committed", topic=tp.topic, partition=tp.partition, offset=offset)
+            self.emit(
+                "offsets.committed",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                auto_commit=self.auto_commit,
+            )
 
     def consumed(self, records: list[ConsumerRecord], threads: Mapping[TopicPartition, str]) -> None:
         """Journal what one ``poll`` handed out as offset ranges, one event per run of records of one partition.
