@@ -191,3 +191,31 @@ def test_a_static_member_restarting_gets_its_partitions_back_and_disturbs_nobody
     producer.wait(timeout=120)
     ledger = run.wait_consumed_all("s", {"t"}, timeout=90)
     assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
+
+
+def test_an_eager_group_rolls_onto_the_consumer_protocol_member_by_member(run: Run) -> None:
+    """Three eager members are replaced one by one by consumer-protocol members under load: while the group is mixed
+    the classic path runs it; once every member speaks the consumer protocol the coordinator rebuilds it from the
+    registry its state vouches for (nobody stopped) and reconciles from there, sticky to what the members fetch.
+    S2 and S3 hold throughout."""
+    run.broker()
+    TopicAdmin(run.zk).create("t", 6)
+    old = [run.consumer("m", "t") for _ in range(3)]
+    run.wait_members("m", 3)
+    producer = run.producer("t", 6_000, 1_000)
+    wait_until(lambda: Ledger.read(run.journal, "m").consumed != {}, 30, "consumption to begin")
+    for proc in old:
+        proc.signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        run.consumer("m", "t", extra=CONSUMER)
+        run.wait_members("m", 3, timeout=60)
+    wait_until(lambda: reconciled(run, "m", 3), 30, "the consumer protocol running the group")
+    [rebuilt] = events(run, "m", "kip848.rebuilt")
+    assert "no consumer-protocol records" in rebuilt["reason"]
+    after = [e for e in events(run, "m", "command.sent") if e["ts"] >= rebuilt["ts"]]
+    assert not [e for e in after if e["option"] == "stop-fetcher" and not e["partitions"]], "a member stopped entirely"
+    modes = [e.get("mode") for e in events(run, "m", "rebalance.started")]
+    assert set(modes) <= {"eager", "consumer"} and modes[-1] == "consumer"
+    producer.wait(timeout=120)
+    ledger = run.wait_consumed_all("m", {"t"}, timeout=90)
+    assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"

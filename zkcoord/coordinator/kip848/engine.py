@@ -189,6 +189,11 @@ class Reconciler(MemberChanges):
         if model.basis is not None and now == model.basis and assignor == model.assignor:
             return []
         previous = {m: t.partitions for m, t in model.targets.items()}
+        if not previous:
+            # A group new to this protocol (a rolling migration from the classic path ends here, rebuilt from a
+            # registry its state vouches for): the first target is sticky to what the members fetch, as Kafka's
+            # online upgrade takes the classic group's assignment for its members' targets.
+            previous = {m: c.assigned for m, c in model.currents.items() if c.assigned}
         target = compute_target(assignor, model.threads, topics, previous)
         if model.basis is None and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
             model.basis = now  # read back, and nothing changed since the records were written
