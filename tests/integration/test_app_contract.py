@@ -182,7 +182,10 @@ def test_an_idle_member_hears_an_empty_assignment(cluster: Cluster, tmp_path: Pa
     assert next((k, p) for k, p, _ in reversed(heard[idle[0]].calls) if k == "assigned") == ("assigned", [])
 
 
-def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("rebalance", ["eager", "consumer"])
+def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(
+    cluster: Cluster, tmp_path: Path, rebalance: str
+) -> None:
     produce(tmp_path / "data", "t", 2, 10)
     heard = Heard()
     refused: list[BaseException] = []
@@ -203,6 +206,7 @@ def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(cluster
             on_revoked=heard.hook("revoked"),
             on_lost=lost,
             auto_commit=False,
+            rebalance=rebalance,
         )
         holder.append(consumer)
         wait_until(polling([consumer], lambda: len(consumer.assignment()) == 2), 20, "owns both", interval=0)
@@ -217,13 +221,16 @@ def test_a_session_loss_is_announced_as_lost_and_its_commits_are_refused(cluster
     assert not [p for which, p, _ in after if which == "revoked" and set(p) & {P0, P1}], after
 
 
+@pytest.mark.parametrize("rebalance", ["eager", "consumer"])
 def test_a_hung_application_leaves_within_its_poll_interval_and_rejoins_when_it_polls(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, rebalance: str
 ) -> None:
     heard = Heard()
     with ExitStack() as stack:
-        hung = _member(cluster, tmp_path / "data", stack, heard, max_poll_interval_s=1.0, auto_commit=False)
-        other = make(cluster, tmp_path / "data", stack)
+        hung = _member(
+            cluster, tmp_path / "data", stack, heard, max_poll_interval_s=1.0, auto_commit=False, rebalance=rebalance
+        )
+        other = make(cluster, tmp_path / "data", stack, rebalance=rebalance)
         loop = stack.enter_context(PollLoop())
         loop.add(other)
         wait_until(polling([hung], lambda: cluster.is_stable("g", 2)), 20, "stable with 2", interval=0)
