@@ -142,7 +142,13 @@ class ScriptedConsumer:
             self.seen.append(Seen(name, cmd, "stale" if stale else ""))
             if not stale:
                 self.epoch, self.generation = cmd.epoch, cmd.generation
-                if cmd.option is CommandOption.STOP_FETCHER:
+                if cmd.option is CommandOption.STOP_FETCHER and cmd.revoke is not None:
+                    # An incremental stop: only the partitions it names.
+                    for t, parts in cmd.revoke.items():
+                        for p in parts:
+                            self.owned.get(t, {}).pop(p, None)
+                    self.owned = {t: parts for t, parts in self.owned.items() if parts}
+                elif cmd.option is CommandOption.STOP_FETCHER:
                     self.fetching = False
                     self.owned = {}
                 else:

@@ -136,3 +136,26 @@ def test_the_assignor_is_the_configs_from_the_change_on(cluster: Cluster) -> Non
     cluster.wait_stable("g", 4)
     wait_until(lambda: sorted(counts(members)) == [2, 2, 3, 3] and all_owned(topics)(members), 20, "uniform: 3/3/2/2")
     assert {e.fields["assignor"] for e in cluster.events("rebalance.started", group="g")[-1:]} == {"uniform"}
+
+
+def test_a_consumer_protocol_group_takes_its_assignor_from_the_config_at_once(cluster: Cluster) -> None:
+    """KIP-848: the group config's assignor is part of what the target is computed from, so a change bumps the
+    group epoch and the members reconcile to the new assignor's target (here KIP-848's server-side range:
+    contiguous blocks); every partition still owned once."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 8)
+    members = [cluster.consumer("g", {"t": 1}, consumer_protocol=True) for _ in range(3)]
+    wait_until(lambda: sorted(counts(members)) == [2, 3, 3], 20, "uniform: 3/3/2")
+    epochs = [e.fields["generation"] for e in cluster.events("rebalance.started", group="g")]
+    set_config(cluster.admin_zk, "g", GroupConfig(assignor="range"))
+
+    def contiguous() -> bool:
+        blocks = [sorted(p for _, p in c.partitions()) for c in members]
+        return sorted(len(b) for b in blocks) == [2, 3, 3] and all(
+            b == list(range(b[0], b[0] + len(b))) for b in blocks
+        )
+
+    wait_until(contiguous, 20, "range: contiguous blocks")
+    assert set(union(members)) == {("t", p) for p in range(8)}
+    started = cluster.events("rebalance.started", group="g")[-1].fields
+    assert started["assignor"] == "range" and started["mode"] == "consumer" and started["generation"] > max(epochs)
