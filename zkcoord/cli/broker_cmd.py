@@ -47,6 +47,22 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
     show_default=True,
     help="Seconds before the first retry (doubled each time).",
 )
+@click.option(
+    "--static-hold",
+    type=click.FloatRange(0, 3600),
+    default=45.0,
+    show_default=True,
+    help="Seconds a consumer-protocol static member (consume --instance-id) that left keeps its partitions for a "
+    "member coming back with its instance id (docs/protocol.md, KIP-848).",
+)
+@click.option(
+    "--fence-grace",
+    type=click.FloatRange(0, 3600),
+    default=40.0,
+    show_default=True,
+    help="Seconds a consumer-protocol member fenced for not revoking in time keeps its partitions held unless it "
+    "registers again first: ZooKeeper's longest session, past which its lease has stopped it.",
+)
 @click.option("--no-coordinator", is_flag=True, help="Do not take part in the coordinator election.")
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: coordinator writes skip the fence.")
 @shutdown_timeout_option(DEFAULT_BROKER_TIMEOUT_S)
@@ -60,6 +76,8 @@ def broker(
     rebalance_timeout: float,
     max_rebalance_retries: int,
     rebalance_backoff: float,
+    static_hold: float,
+    fence_grace: float,
     no_coordinator: bool,
     unsafe: bool,
     shutdown_timeout: float,
@@ -93,6 +111,8 @@ def broker(
             rebalance_timeout_s=rebalance_timeout,
             max_rebalance_retries=max_rebalance_retries,
             rebalance_backoff_s=rebalance_backoff,
+            static_hold_s=static_hold,
+            fence_grace_s=fence_grace,
             unsafe_no_fencing=unsafe,
         )
         services.append(Coordinator(broker_id, coordinator_config))
