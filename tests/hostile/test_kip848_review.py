@@ -61,7 +61,6 @@ def _steps(cluster: Cluster, consumer: str) -> list[dict[str, object]]:
 # --- the coordinator's worker ------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F1: KeyError in ops.command kills the worker")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_rebuilt_member_fenced_mid_full_stop_does_not_kill_the_coordinator(cluster: Cluster) -> None:
     """A rebuilt group's member is sent a stop of everything (``must_stop``) and does not acknowledge it in time: it
@@ -84,7 +83,6 @@ def test_a_rebuilt_member_fenced_mid_full_stop_does_not_kill_the_coordinator(clu
     assert _worker_alive(cluster, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F4: forget() drops model.fenced")
 def test_a_fenced_sole_member_keeps_its_partitions_held_through_its_grace(cluster: Cluster) -> None:
     """The group's only member is fenced (here: it never acknowledges a rebuilt group's stop of everything).  Its
     registration deleted, the group has no member: ``speaks_consumer`` is false, the classic path runs the empty
@@ -110,7 +108,6 @@ def test_a_fenced_sole_member_keeps_its_partitions_held_through_its_grace(cluste
     assert grant.mono_ns - fenced.mono_ns >= (grace - 0.1) * 1e9, "S2: granted before the fenced member's grace ended"
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F2: ValueError from GroupEpochs kills the worker")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_an_epoch_at_the_limit_does_not_kill_the_coordinator(cluster: Cluster) -> None:
     """A group state whose generation is beyond KIP-848's int32 epochs (the state's codec takes any non-negative
@@ -128,7 +125,6 @@ def test_an_epoch_at_the_limit_does_not_kill_the_coordinator(cluster: Cluster) -
     assert _worker_alive(cluster, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F3: DoubleOwnershipError every examine, the batch starved")
 def test_two_current_records_holding_one_partition_do_not_starve_the_other_groups(cluster: Cluster) -> None:
     """Two members' ``current/<m>`` records both hold t/0 (bad persisted state).  Every examination of that group
     raises DoubleOwnershipError out of ``round_steps`` (caught by the worker as a failed step), and ``_pump`` puts
@@ -154,7 +150,6 @@ def test_two_current_records_holding_one_partition_do_not_starve_the_other_group
 # --- fencing -----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F5: fences live in memory only")
 def test_a_fenced_member_is_released_by_a_new_coordinator(cluster: Cluster) -> None:
     """A member fenced for not revoking keeps its partitions held through its grace, in the coordinator's memory
     only (``model.fenced``); its ``current/<m>`` record stays.  A coordinator that takes over reads that record for a
@@ -173,7 +168,6 @@ def test_a_fenced_member_is_released_by_a_new_coordinator(cluster: Cluster) -> N
     joiner.wait_for(lambda c: len(c.partitions()) == 4, timeout=20)
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F6: grace timers not keyed by fence")
 def test_a_grace_timer_of_an_earlier_fence_does_not_release_a_member_fenced_again(cluster: Cluster) -> None:
     """A member fenced, released when it registered again (same consumer id: the consumer's ``register_again``
     keeps its id), then fenced again: the first fence's grace timer still fires (``on_timer`` checks only that the
@@ -205,7 +199,6 @@ def test_a_grace_timer_of_an_earlier_fence_does_not_release_a_member_fenced_agai
     assert released.mono_ns - second.mono_ns >= (grace - 0.1) * 1e9, "released before its grace ended (S2)"
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F9: _find_inflight arms no deadline")
 def test_a_revocation_found_in_flight_by_a_new_coordinator_still_has_a_deadline(cluster: Cluster) -> None:
     """A coordinator taking over waits for the stops it finds in the channels (``_find_inflight``) but arms no
     revocation deadline for them (``InFlight.token`` 0): a member that never acknowledges is never fenced, and the
@@ -246,7 +239,6 @@ def _nothing_granted_while_holder_fetches(cluster: Cluster, holder: ScriptedCons
     assert granted == [], f"S2: granted partitions the holder still fetches (it acknowledged no stop): {granted}"
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F7: rebuild holds only the registry's")
 def test_a_rebuild_counts_what_the_state_says_a_member_fetches_not_only_the_registry(cluster: Cluster) -> None:
     """The owner znodes deleted by hand and the records made unreadable: the rebuilt model gives the member the
     state's target names only the registry's partitions as pending revocation (none), so the joiner is granted its
@@ -260,7 +252,6 @@ def test_a_rebuild_counts_what_the_state_says_a_member_fetches_not_only_the_regi
     _nothing_granted_while_holder_fetches(cluster, holder, joiner)
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F8: a missing current record reads as nothing held")
 def test_a_current_record_deleted_by_hand_does_not_free_its_members_partitions(cluster: Cluster) -> None:
     """A live member's ``current/<m>`` deleted by hand: the successor resumes, takes the member for a joiner holding
     nothing (epoch 0), and at the next bump grants its partitions to another member while it still fetches them
@@ -278,7 +269,6 @@ def test_a_current_record_deleted_by_hand_does_not_free_its_members_partitions(c
 # --- S5, bad channel content, static members -----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F10: rebuild at epoch 0 within a term")
 def test_a_rebuild_after_the_state_and_epochs_were_deleted_does_not_send_stale_generations(cluster: Cluster) -> None:
     """The group state and the ``kip848`` record deleted by hand mid-term: the next write fails, the model is read
     back and rebuilt at epoch 0 (``_rebuild`` sees neither record; the rebalancer's in-memory ``generations`` and the
@@ -303,7 +293,6 @@ def test_a_rebuild_after_the_state_and_epochs_were_deleted_does_not_send_stale_g
     assert not both, f"S2: {sorted(both)} granted while the holder fetches them; it refused as stale (S5): {stale}"
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F2: ValueError parsing a command name kills the worker")
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_junk_command_name_in_a_channel_does_not_kill_the_coordinator(cluster: Cluster) -> None:
     """A znode named like a command but not one of the coordinator's (``cmd-x-y-start-<seq>``) in a member's channel
@@ -341,7 +330,6 @@ class _Static(ScriptedConsumer):
         return self.zk.kazoo.create_async(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True)
 
 
-@pytest.mark.xfail(strict=True, reason="review848 F11: absent members skipped in _membership")
 def test_a_held_static_member_back_under_its_own_consumer_id_is_not_ignored(cluster: Cluster) -> None:
     """A static member's registration ends (here deleted, as a session expiry does) and the same consumer registers
     again under the same consumer id (the consumer's ``register_again`` keeps its id): ``_membership`` skips every

@@ -147,6 +147,7 @@ class Rebalancer:
             schedule=schedule,
             topics=topics,
             group_config=group_config,
+            generations=lambda group: self.generations.get(group, 0),
             ack_watch=ack_watch,
             clock=clock,
             wall_ms=wall_ms,
@@ -192,7 +193,7 @@ class Rebalancer:
         if isinstance(read, ZkError):
             self._failed_attempt(group, trigger, requested_at, f"cannot read the group: {read}", generation=None)
             return Begun.SKIPPED
-        if speaks_consumer(read) and not self.writer.fence.unsafe:
+        if (speaks_consumer(read) or self.kip848.keeps(group, read)) and not self.writer.fence.unsafe:
             self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
             self.kip848.examine(group, read, trigger, requested_at)
             model = self.kip848.models.get(group)

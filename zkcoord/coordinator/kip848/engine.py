@@ -55,6 +55,7 @@ from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
+from zkcoord.protocol.kip848 import Kip848Error
 from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, WatchKind, ZkClient
@@ -91,6 +92,7 @@ class Reconciler(MemberChanges):
         schedule: Callable[[float, str, int], None],
         topics: Callable[[], Mapping[str, int]],
         group_config: Callable[[str], GroupConfig],
+        generations: Callable[[str], int] = lambda _group: 0,
         ack_watch: Callable[[WatchEvent], None] | None,
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
@@ -102,11 +104,15 @@ class Reconciler(MemberChanges):
         self.schedule = schedule
         self.topics = topics
         self.group_config = group_config
+        #: the highest generation this term gave each group (the classic path's): a rebuild starts above it
+        self.generations = generations
         self.ack_watch = ack_watch
         self.clock = clock
         self.wall_ms = wall_ms
         self.epoch = writer.fence.term.epoch
         self.models: dict[str, GroupModel] = {}
+        #: groups whose records broke KIP-848's rules: rebuilt at their next read, for this reason
+        self.distrusted: dict[str, str] = {}
         #: timer token -> (group, member): a revocation's deadline, or a fenced member's grace
         self._timers: dict[int, tuple[str, str, str]] = {}
         self._tokens = TOKENS
@@ -119,14 +125,38 @@ class Reconciler(MemberChanges):
         """Bring ``group``'s model up to what was just read (members, subscriptions, topics), bump the group epoch
         if any of it changed, and step every member that can move.
 
-        :raises FencedError: the term is over.  Other failures drop the model and schedule a retry.
+        :raises FencedError: the term is over.  Other failures drop the model and schedule a retry; records that
+            break KIP-848's rules (two members holding one partition, a state this release does not know held with
+            partitions) make the next read rebuild the group.
         """
+        try:
+            self._examine(group, read, trigger, requested_at)
+        except Kip848Error as e:
+            self._distrust(group, e)
+
+    def _distrust(self, group: str, error: Kip848Error) -> None:
+        """The group's records (or the model built from them) break KIP-848's rules: drop the model; the next read
+        rebuilds the group from the registry, stopping whoever may be fetching (:func:`store.load`)."""
+        log.warning("group %s: %s; rebuilding it", group, error)
+        self.journal.emit("input.rejected", what="consumer-protocol group", path=group, reason=str(error))
+        self.models.pop(group, None)
+        self.distrusted[group] = f"the records break KIP-848's rules: {error}"
+        self.schedule(1.0, group, -1)  # not at once: a group that cannot be rebuilt must not spin the worker
+
+    def _examine(self, group: str, read: ReadResult, trigger: str, requested_at: float) -> None:
         topics = self.topics()
         threads = {cid: resolve(m.registration, topics)[0] for cid, m in read.snapshot.members.items()}
         model = self.models.get(group)
         if model is None:
             try:
-                model, why = store.load(self.zk, group, read, threads)
+                model, why = store.load(
+                    self.zk,
+                    group,
+                    read,
+                    threads,
+                    distrust=self.distrusted.pop(group, ""),
+                    known_generation=self.generations(group),
+                )
             except ZkError as e:
                 self._retry(group, f"cannot read the group's records: {e}")
                 return
@@ -135,10 +165,36 @@ class Reconciler(MemberChanges):
             else:
                 self.journal.emit("kip848.resumed", group=group, epoch=self.epoch, **self._summary(model))
             self.models[group] = model
+            self._arm_loaded(model)
             self._watch_inflight(model)
         ops = self._membership(model, read, threads)
         ops += self._maybe_bump(model, topics, trigger, requested_at)
         self._round(model, ops)
+
+    def _arm_loaded(self, model: GroupModel) -> None:
+        """A model read back: the deadlines its previous coordinator had armed start again from now -- each
+        revocation in flight, each fenced member's grace."""
+        for member, inflight in model.inflight.items():
+            if inflight.option is CommandOption.STOP_FETCHER and not inflight.token:
+                self._arm(model, member, inflight)
+        for member, token in list(model.fenced.items()):
+            if not token:
+                model.fenced[member] = self._timer(model, member, "grace", self.config.fence_grace_s)
+
+    def keeps(self, group: str, read: ReadResult) -> bool:
+        """Whether an empty group is still this engine's: it holds members' partitions for them (fenced, or static
+        and held), in memory or in records a coordinator taking over finds (``kip848`` exists).  Handing such a
+        group to the classic path would free what they hold."""
+        snap = read.snapshot
+        if snap.members or snap.legacy or snap.unreadable:
+            return False
+        model = self.models.get(group)
+        if model is not None:
+            return bool(model.fenced or model.absent)
+        try:
+            return self.zk.exists(paths.kip848(group)) is not None
+        except ZkError:
+            return True  # unknown: the engine's read will retry; the classic path would free what may be held
 
     def forget(self, group: str) -> None:
         """The group is no longer the consumer protocol's (a member of another joined): the classic path runs it
@@ -158,10 +214,19 @@ class Reconciler(MemberChanges):
         if event.kind is not WatchKind.DELETED:
             self._watch(model, [event.path])  # a connection loss reset the watch
             return True
-        self._acknowledged(model, member, inflight)
+        try:
+            self._acknowledged(model, member, inflight)
+        except Kip848Error as e:
+            self._distrust(model.group, e)
         return True
 
     def on_timer(self, group: str, token: int) -> None:
+        try:
+            self._on_timer(group, token)
+        except Kip848Error as e:
+            self._distrust(group, e)
+
+    def _on_timer(self, group: str, token: int) -> None:
         entry = self._timers.pop(token, None)
         model = self.models.get(group)
         if entry is None or model is None:
@@ -172,8 +237,8 @@ class Reconciler(MemberChanges):
             if inflight is not None and inflight.token == token:
                 self._fence(model, member, f"did not acknowledge its revocation within {inflight.timeout_s:g} s")
         elif kind == "static":
-            self._expire(model, member)
-        elif kind == "grace" and member in model.fenced:
+            self._expire(model, member, token)
+        elif kind == "grace" and model.fenced.get(member) == token:
             self._release(model, member, "its grace ended: any session it had has expired, so it stopped fetching")
 
     # --- membership and the group epoch ----------------------------------------------------------------------------
@@ -195,7 +260,8 @@ class Reconciler(MemberChanges):
             # online upgrade takes the classic group's assignment for its members' targets.
             previous = {m: c.assigned for m, c in model.currents.items() if c.assigned}
         target = compute_target(assignor, model.threads, topics, previous)
-        if model.basis is None and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
+        read_back = model.basis is None and bool(model.targets)  # (a rebuilt model has no targets: it always bumps)
+        if read_back and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
             model.basis = now  # read back, and nothing changed since the records were written
             return []
         epoch = model.epochs.group_epoch + 1
@@ -207,7 +273,7 @@ class Reconciler(MemberChanges):
                 epoch=self.epoch,
                 reason=f"superseded by group epoch {epoch}: members reconcile to the new target from where they are",
             )
-        changed = {m: MemberTarget(epoch, p) for m, p in target.items() if previous.get(m) != p}
+        changed = {m: MemberTarget(epoch, p) for m, p in target.items() if m not in model.targets or previous[m] != p}
         removed = set(model.targets) - set(target)
         model.epochs = GroupEpochs(epoch, epoch)
         model.basis, model.assignor = now, assignor
@@ -304,6 +370,7 @@ class Reconciler(MemberChanges):
         for (step, command), (path, zxid) in zip(commands, created, strict=True):
             inflight = model.inflight[step.member]
             inflight.path, inflight.zxid, inflight.sent_at = path, zxid, now
+            inflight.generation = command.generation
             partitions = sum(len(p) for p in command.ownership.values()) or sum(
                 len(p) for p in (command.revoke or {}).values()
             )
@@ -372,7 +439,7 @@ class Reconciler(MemberChanges):
             return
         del model.inflight[member]
         self._timers.pop(inflight.token, None)
-        generation = int(name.split("-")[2]) if name.count("-") >= 3 else model.epochs.group_epoch
+        generation = inflight.generation
         self.journal.emit(
             "command.acked",
             group=model.group,

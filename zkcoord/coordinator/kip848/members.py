@@ -15,7 +15,6 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.kip848 import ops as ops_
 from zkcoord.coordinator.kip848.model import GroupModel
 from zkcoord.coordinator.snapshot import ReadResult
-from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.kip848 import CurrentAssignment, MemberState
 from zkcoord.layout.partition_set import PartitionSet
@@ -84,11 +83,18 @@ class MemberChanges:
             ops += ops_.drop_current_op(model, member)
         held = {model.instances[m]: m for m in model.absent if m in model.instances}
         for member, incarnation in sorted(live.items()):
+            if member in model.absent and model.members.get(member) != incarnation:
+                # A held static member back under its own consumer id, in a new session: it takes its own place.
+                held.pop(model.instances.get(member, ""), None)
+                own = instances.get(member) or model.instances.get(member, "")
+                ops += self._replace(model, member, member, own, threads.get(member, {}))
+                model.members[member] = incarnation
+                continue
             if member in model.members:
                 continue
             model.members[member] = incarnation
             instance = instances.get(member)
-            if instance is not None and instance in held:
+            if instance is not None and instance in held:  # another consumer id with a held instance id
                 ops += self._replace(model, held.pop(instance), member, instance, threads.get(member, {}))
                 continue
             self.journal.emit("kip848.member_joined", group=model.group, consumer=member, epoch=self.epoch)
@@ -103,7 +109,6 @@ class MemberChanges:
     def _hold(self, model: GroupModel, member: str) -> None:
         """A static member left: its assignment is held for its instance id (Kafka's leave with epoch -2) for
         ``static_hold_s``; its partitions are fetched by nobody meanwhile, and nothing is rebalanced."""
-        model.absent[member] = self.clock() + self.config.static_hold_s
         current = model.currents.get(member)
         if current is not None and current.pending_revocation:
             # It stopped before its registration went (or its session expired: S6): what it was giving up is free.
@@ -118,13 +123,14 @@ class MemberChanges:
             epoch=self.epoch,
             hold_s=self.config.static_hold_s,
         )
-        self._timer(model, member, "static", self.config.static_hold_s)
+        model.absent[member] = self._timer(model, member, "static", self.config.static_hold_s)
 
     def _replace(self, model: GroupModel, old: str, new: str, instance: str, threads: Mapping[str, int]) -> list[Op]:
         """A static member came back (``new``, with ``old``'s instance id) within its hold: it takes ``old``'s target
         and assignment (its epoch starts at 0 again, as Kafka's ``replaceMember``), the owner znodes name its threads,
-        and nobody else is disturbed: the group epoch does not move."""
-        del model.members[old]
+        and nobody else is disturbed: the group epoch does not move.  ``new`` may be ``old`` (back under its own
+        consumer id, in a new session).  The caller records ``new``'s incarnation."""
+        model.members.pop(old, None)
         model.absent.pop(old, None)
         model.instances.pop(old, None)
         model.instances[new] = instance
@@ -145,9 +151,10 @@ class MemberChanges:
         )
         return ops
 
-    def _expire(self, model: GroupModel, member: str) -> None:
-        """A held static member did not come back in time: it leaves for good, and the group rebalances."""
-        if member not in model.absent:
+    def _expire(self, model: GroupModel, member: str, token: int) -> None:
+        """A held static member did not come back in time: it leaves for good, and the group rebalances.  ``token``:
+        the timer's (a timer of an earlier hold of the same member is moot)."""
+        if model.absent.get(member) != token:
             return
         del model.absent[member]
         model.members.pop(member, None)
@@ -162,8 +169,12 @@ class MemberChanges:
     # --- fencing -------------------------------------------------------------------------------------------------
 
     def _fence(self, model: GroupModel, member: str, reason: str) -> None:
-        """Remove a member that does not revoke in time: delete its registration (it stops, gives everything up and
-        joins again with epoch 0); its partitions stay held until it registered again or its grace ended."""
+        """Remove a member that does not revoke in time, in one fenced transaction with the group state that no longer
+        lists it: its registration deleted (it stops, gives everything up and joins again with epoch 0), and the
+        owner znodes of what it holds rewritten as they are, which moves their versions, so that a commit it makes
+        late is refused (KIP-848's FENCED_MEMBER_EPOCH, by the claim's version).  Its ``current`` record stays: its
+        partitions are held, assigned and pending alike, until it registered again or its grace ended, and a
+        coordinator that takes over reads a record of a member the state does not list as a fenced member's."""
         current = model.currents.get(member)
         self.journal.emit(
             "kip848.member_fenced",
@@ -173,24 +184,22 @@ class MemberChanges:
             reason=reason,
             member_epoch=current.member_epoch if current else None,
         )
-        try:
-            self.zk.delete(paths.member(model.group, member))
-        except NoNodeError:
-            pass
-        except ZkError as e:
-            self._retry(model.group, f"cannot fence {member}: {e}")
-            return
-        # Out of the group at once: never stepped again in this incarnation, its current assignment kept (and so
-        # its partitions held, assigned and pending alike) until it is known to have stopped.
         model.inflight.pop(member, None)
         model.members.pop(member, None)
-        model.fenced[member] = self.clock() + self.config.fence_grace_s
-        self._timer(model, member, "grace", self.config.fence_grace_s)
+        model.must_stop.discard(member)
+        model.resend.pop(member, None)
+        model.fenced[member] = self._timer(model, member, "grace", self.config.fence_grace_s)
+        ops = [Op("delete", paths.member(model.group, member))]
+        if current is not None:
+            ops += ops_.touch_owner_ops(model, current.assigned | current.pending_revocation)
+        self._round(model, ops)
 
     def _release(self, model: GroupModel, member: str, why: str, *, write: bool = True) -> None:
         """A fenced member's partitions are free: it registered again (so it stopped first) or its grace ended."""
         model.fenced.pop(member, None)
         model.currents.pop(member, None)
+        model.must_stop.discard(member)
+        model.resend.pop(member, None)
         self.journal.emit("kip848.member_released", group=model.group, consumer=member, epoch=self.epoch, reason=why)
         if write:
             self._round(model, ops_.drop_current_op(model, member))

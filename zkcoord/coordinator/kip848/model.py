@@ -49,6 +49,8 @@ class InFlight:
     zxid: int
     #: the timer that fences the member if a revocation is not acknowledged in time (0: no timer)
     token: int = 0
+    #: the group epoch it was written at (its name's generation)
+    generation: int = 0
     #: when it was sent, monotonic seconds
     sent_at: float = 0.0
     #: how long a revocation may take before its member is fenced
@@ -83,10 +85,11 @@ class GroupModel:
     resend: dict[str, CommandOption] = field(default_factory=dict)
     #: static members' instance ids: consumer id -> instance id
     instances: dict[str, str] = field(default_factory=dict)
-    #: static members that left and are held for their instance id: consumer id -> deadline (monotonic s)
-    absent: dict[str, float] = field(default_factory=dict)
-    #: fenced members whose partitions stay held until they are known to have stopped: consumer id -> deadline
-    fenced: dict[str, float] = field(default_factory=dict)
+    #: static members that left and are held for their instance id: consumer id -> the token of their hold's timer
+    absent: dict[str, int] = field(default_factory=dict)
+    #: fenced members whose partitions stay held until they are known to have stopped: consumer id -> the token of
+    #: their grace's timer (0: none armed yet, as read back by a new coordinator)
+    fenced: dict[str, int] = field(default_factory=dict)
     #: the znodes known to exist: ``current/<m>``, ``target/<m>``, channels, owner topics
     have_epochs: bool = False
     #: whether ``target`` and ``current`` (the parents of the member records) exist
@@ -201,7 +204,7 @@ def round_steps(model: GroupModel) -> list[MemberStep]:
     flight.  A member told something is not stepped again in the round (it has not heard yet)."""
     steps: dict[str, MemberStep] = {}
     told: set[str] = set(model.inflight) | set(model.absent)  # absent: held for a static member, not there to tell
-    for member in sorted(model.must_stop - told):
+    for member in sorted((model.must_stop & model.members.keys()) - told):
         current = model.currents.get(member, _JOINING)
         steps[member] = MemberStep(member, current, current, CommandOption.STOP_FETCHER, full_stop=True)
         told.add(member)

@@ -153,3 +153,15 @@ def rename_owner_ops(
             model.registry.setdefault(topic, {})[p] = thread
             ops.append(Op("set", paths.owner(model.group, topic, p), encode_owner(thread)))
     return ops
+
+
+def touch_owner_ops(model: GroupModel, held: PartitionSet) -> list[Op]:
+    """Rewrite the owner znodes of ``held`` as they are: their versions move, so a claim read before (a fenced
+    member's) no longer matches and its commits are refused."""
+    ops = []
+    for topic, parts in sorted(held.items()):
+        for p in sorted(parts):
+            thread = model.registry.get(topic, {}).get(p)
+            if thread is not None:
+                ops.append(Op("set", paths.owner(model.group, topic, p), encode_owner(thread)))
+    return ops

@@ -16,7 +16,9 @@ Threads: the coordinator's worker thread.  :raises ZkError: on I/O failure (the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from zkcoord.coordinator.kip848.model import GroupModel, InFlight
 from zkcoord.coordinator.plan import registry_vouched
@@ -25,15 +27,31 @@ from zkcoord.errors import CodecError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
-from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberState, MemberTarget
+from zkcoord.layout.kip848 import MAX_EPOCH, CurrentAssignment, GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import PartitionSet
+from zkcoord.protocol.kip848 import Kip848Error, partition_epochs
 from zkcoord.zk import Stat, ZkClient
+
+#: a coordinator's command name: ``cmd-<epoch>-<generation>-<stop|start>-<10-digit sequence>``
+COMMAND_NAME = re.compile(r"cmd-([0-9]{1,19})-([0-9]{1,19})-(stop|start)-([0-9]{10})")
 
 
 def load(
-    zk: ZkClient, group: str, read: ReadResult, threads: Mapping[str, Mapping[str, int]]
+    zk: ZkClient,
+    group: str,
+    read: ReadResult,
+    threads: Mapping[str, Mapping[str, int]],
+    *,
+    distrust: str = "",
+    known_generation: int = 0,
 ) -> tuple[GroupModel, str]:
-    """The group as its records hold it, and ``""``; or a rebuilt model and why it was rebuilt."""
+    """The group as its records hold it, and ``""``; or a rebuilt model and why it was rebuilt (``distrust``: the
+    records are known to break the protocol's rules, rebuild whatever they say).  ``known_generation``: the highest
+    generation this coordinator term gave the group (a rebuild starts above it, and above every generation found in
+    the state, the records and the members' channels, so no consumer sees a command's generation go back).
+
+    :raises Kip848Error: the group's generation has reached KIP-848's int32 limit (it cannot be run any further).
+    """
     snap = read.snapshot
     members = {cid: m.incarnation for cid, m in snap.members.items()}
     registry = {t: dict(ps) for t, ps in snap.owners.items()}
@@ -62,7 +80,8 @@ def load(
     model.have_epochs = epochs_read is not None
     currents_read = got[1 + len(target_names) :]
     state = snap.state
-    why = _distrust(epochs_read, state)
+    channels = _channels(zk, group, sorted(model.channels & (set(members) | set(state.members if state else {}))))
+    why = distrust or _distrust(epochs_read, state)
     if not why and epochs_read is not None and state is not None:
         try:
             model.epochs = GroupEpochs.decode(epochs_read[0], paths.kip848(group))
@@ -74,14 +93,69 @@ def load(
                     model.currents[m] = CurrentAssignment.decode(r[0], paths.current(group, m))
         except CodecError as e:
             why = f"a record is unreadable: {e}"
+        else:
+            broken = _inconsistent(model, state.members, members)
+            why = f"the records break KIP-848's rules: {broken}" if broken else ""
     if why or state is None:
-        _rebuild(model, read, max(state.generation if state else 0, _epoch_of(epochs_read)))
+        epoch = max(state.generation if state else 0, _epoch_of(epochs_read), known_generation, channels.generation)
+        if epoch >= MAX_EPOCH:
+            raise Kip848Error(f"group {group}'s generation {epoch} has reached KIP-848's limit ({MAX_EPOCH})")
+        _rebuild(model, read, epoch)
         return model, why or "no group state"
     model.members = dict(state.members)  # whom the records were written for
     model.assignor = state.assignor
     model.phase = state.phase
-    _find_inflight(zk, model)
+    # A record of a member the state does not list is a fenced member's: the fence wrote the state without it and
+    # kept the record, its partitions held until its grace ends (armed again by the caller, from now).
+    model.fenced = {m: 0 for m in model.currents if m not in model.members}
+    _find_inflight(model, channels.pending)
     return model, ""
+
+
+def _inconsistent(model: GroupModel, recorded: Mapping[str, int], live: Mapping[str, int]) -> str:
+    """Why records that decode cannot be carried on from ("": they can)."""
+    try:
+        partition_epochs(model.currents)
+    except Kip848Error as e:
+        return str(e)
+    for member, current in sorted(model.currents.items()):
+        if current.state is MemberState.UNKNOWN and (current.assigned or current.pending_revocation):
+            return f"member {member} is in a state this release does not know, holding partitions"
+    for member, incarnation in sorted(recorded.items()):
+        if live.get(member) == incarnation and member not in model.currents:
+            return f"live member {member} has no current assignment record"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Channels:
+    """What the members' channels hold: the lowest coordinator command still in each, and the highest generation
+    any command in them, or any acknowledgement they record, carries."""
+
+    pending: dict[str, tuple[str, int, int]]  # member -> (path, czxid, generation)
+    generation: int
+
+
+def _channels(zk: ZkClient, group: str, members: list[str]) -> Channels:
+    channel_paths = [paths.channel(group, m) for m in members]
+    listings = zk.children_many(channel_paths)
+    records = zk.get_many(channel_paths)
+    highest = 0
+    lowest: dict[str, str] = {}
+    for member, children, record in zip(members, listings, records, strict=True):
+        names = [c for c in children or [] if COMMAND_NAME.fullmatch(c)]  # anything else is not the coordinator's
+        if names:
+            lowest[member] = min(names, key=lambda c: c[-10:])
+        acked = COMMAND_NAME.fullmatch(record[0].decode("ascii", "replace")) if record and record[0] else None
+        generations = [int(m.group(2)) for m in map(COMMAND_NAME.fullmatch, names) if m]
+        highest = max([highest, *generations, int(acked.group(2)) if acked else 0])
+    stats = zk.get_many([f"{paths.channel(group, m)}/{n}" for m, n in lowest.items()])
+    pending = {}
+    for (member, name), got in zip(lowest.items(), stats, strict=True):
+        match = COMMAND_NAME.fullmatch(name)
+        if got is not None and match is not None:  # gone since the listing: acknowledged, nothing to wait for
+            pending[member] = (f"{paths.channel(group, member)}/{name}", got[1].czxid, int(match.group(2)))
+    return Channels(pending, highest)
 
 
 def _distrust(epochs_read: tuple[bytes, Stat] | None, state: GroupState | None) -> str:
@@ -126,6 +200,11 @@ def _rebuild(model: GroupModel, read: ReadResult, epoch: int) -> None:
         held = PartitionSet.from_pairs(
             (t, p) for t, ps in model.registry.items() for p, th in ps.items() if th.rsplit("-", 1)[0] == member
         )
+        if state is not None and not (vouched and recorded.get(member) == incarnation):
+            # What the state's target gives it too: an owner znode deleted by hand does not make a partition free.
+            held |= PartitionSet.from_pairs(
+                (t, p) for t, ps in state.target.items() for p, th in ps.items() if th.rsplit("-", 1)[0] == member
+            )
         if member not in named:
             continue  # no start was ever written for it (the registry and the state would name it): it fetches nothing
         if vouched and recorded.get(member) == incarnation:
@@ -135,23 +214,15 @@ def _rebuild(model: GroupModel, read: ReadResult, epoch: int) -> None:
             model.must_stop.add(member)
 
 
-def _find_inflight(zk: ZkClient, model: GroupModel) -> None:
+def _find_inflight(model: GroupModel, pending: Mapping[str, tuple[str, int, int]]) -> None:
     """The commands a previous writer left unacknowledged in the members' channels: waited for as in flight (the
-    lowest of each member's: commands are applied in order).  A member left revoking with nothing in its channel
-    may or may not have heard its stop: it is sent again (a stop of what it no longer fetches is harmless)."""
-    members = sorted(model.members)
-    listings = zk.children_many([paths.channel(model.group, m) for m in members])
-    pending: dict[str, str] = {}
-    for member, children in zip(members, listings, strict=True):
-        mine = sorted((c for c in children or [] if c.startswith(paths.COMMAND_PREFIX)), key=lambda c: c[-10:])
-        if mine:
-            pending[member] = f"{paths.channel(model.group, member)}/{mine[0]}"
-    stats = zk.get_many(list(pending.values()))
-    for (member, path), got in zip(pending.items(), stats, strict=True):
-        if got is None:
-            continue  # acknowledged since the listing: nothing to wait for
-        option = CommandOption.STOP_FETCHER if "-stop-" in path.rsplit("/", 1)[1] else CommandOption.START_FETCHER
-        model.inflight[member] = InFlight(option, path, got[1].czxid)
+    lowest of each member's: commands are applied in order; its deadline is armed by the caller, from now).  A
+    member left revoking with nothing in its channel may or may not have heard its stop: it is sent again (a stop
+    of what it no longer fetches is harmless)."""
+    for member, (path, czxid, generation) in pending.items():
+        if member in model.members:
+            option = CommandOption.STOP_FETCHER if "-stop-" in path.rsplit("/", 1)[1] else CommandOption.START_FETCHER
+            model.inflight[member] = InFlight(option, path, czxid, generation=generation)
     for member, current in model.currents.items():
         if member in model.members and member not in model.inflight and current.pending_revocation:
             model.resend[member] = CommandOption.STOP_FETCHER
