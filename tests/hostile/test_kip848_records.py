@@ -4,6 +4,7 @@ why), stopping whoever may be fetching first; it never grants a partition twice,
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_damaged_records_read_by_a_new_coordinator_are_rebuilt_not_trusted(
         wait_until(lambda: cluster.state("g").phase.value == "stable", 10, "the group stable")
         mine = CurrentAssignment.decode(cluster.admin_zk.get(paths.current("g", a.consumer_id))[0])
         theirs = CurrentAssignment.decode(cluster.admin_zk.get(paths.current("g", b.consumer_id))[0])
-        bad = CurrentAssignment(mine.member_epoch, mine.previous_member_epoch, mine.state, mine.assigned | theirs.assigned)
+        bad = dataclasses.replace(mine, assigned=mine.assigned | theirs.assigned)
         data = DAMAGE[damage](bad)
         cluster.admin_zk.set(paths.current("g", a.consumer_id), data)
         cluster.brokers[1].stop()  # the successor reads the records afresh
