@@ -109,6 +109,7 @@ class ConsumerCore:
             incremental=self.config.rebalance == "incremental",
             consumer_protocol=self.config.rebalance == "consumer",
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
+            rack=self.config.rack,
         )
         path = paths.member(self.config.group, self.consumer_id)
         if self.bridge is not None:
