@@ -44,6 +44,7 @@ from zkcoord.coordinator.kip848.model import (
     MemberStep,
     basis,
     compute_target,
+    rack_inputs,
     round_steps,
     state_target,
 )
@@ -54,6 +55,7 @@ from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
+from zkcoord.protocol.assignors import PartitionRacks
 from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, WatchKind, ZkClient
@@ -89,6 +91,7 @@ class Reconciler:
         *,
         schedule: Callable[[float, str, int], None],
         topics: Callable[[], Mapping[str, int]],
+        partition_racks: Callable[[], PartitionRacks] = dict,
         group_config: Callable[[str], GroupConfig],
         ack_watch: Callable[[WatchEvent], None] | None,
         clock: Callable[[], float],
@@ -99,7 +102,7 @@ class Reconciler:
         self.config = config
         self.journal = journal
         self.schedule = schedule
-        self.topics = topics
+        self.topics, self.partition_racks = topics, partition_racks
         self.group_config = group_config
         self.ack_watch = ack_watch
         self.clock = clock
@@ -199,9 +202,9 @@ class Reconciler:
                 model.members[member] = incarnation
                 self.journal.emit("kip848.member_joined", group=model.group, consumer=member, epoch=self.epoch)
         model.threads = {m: dict(t) for m, t in threads.items()}
-        model.poll_interval_ms = {
-            cid: m.registration.max_poll_interval_ms or 0 for cid, m in read.snapshot.members.items()
-        }
+        regs = {cid: m.registration for cid, m in read.snapshot.members.items()}
+        model.poll_interval_ms = {cid: r.max_poll_interval_ms or 0 for cid, r in regs.items()}
+        model.racks = {cid: r.rack for cid, r in regs.items() if r.rack is not None}
         return ops
 
     def _maybe_bump(self, model: GroupModel, topics: Mapping[str, int], trigger: str, requested_at: float) -> list[Op]:
@@ -211,11 +214,12 @@ class Reconciler:
         inputs).  A rebuilt model always bumps."""
         config = self.group_config(model.group)
         assignor = config.assignor if config.assignor in ASSIGNORS else "uniform"
-        now = basis(model.members, model.threads, topics)
+        racks = rack_inputs(model.racks, model.threads, self.partition_racks())
+        now = basis(model.members, model.threads, topics, racks)
         if model.basis is not None and now == model.basis and assignor == model.assignor:
             return []
         previous = {m: t.partitions for m, t in model.targets.items()}
-        target = compute_target(assignor, model.threads, topics, previous)
+        target = compute_target(assignor, model.threads, topics, previous, racks)
         if model.basis is None and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
             model.basis = now  # read back, and nothing changed since the records were written
             return []
@@ -241,7 +245,7 @@ class Reconciler:
             epoch=self.epoch,
             attempt=0,
             trigger=trigger,
-            reason="members, subscriptions or partitions changed",
+            reason="members, subscriptions, partitions or racks changed",
             members=sorted(model.members),
             partitions=sum(p.count() for p in target.values()),
             assignor=assignor,

@@ -14,9 +14,9 @@ The rule, for ``N`` members and ``P`` partitions in all (``base, extra = divmod(
    a time to the members below their quota, in member order, round after round (a round-robin, so that partitions of
    one topic spread over the members that fill up).
 
-With racks (:mod:`~zkcoord.protocol.assignors.racks`), step 2 gives up partitions outside the member's rack first
-and step 3 first deals as many partitions as it can to members of their racks; the quotas, and so every count and
-every partition kept, are the same.
+With racks (:mod:`~zkcoord.protocol.assignors.racks`), step 2 keeps the partitions of the member's rack first (and
+gives up first those of another member's rack), and step 3 first deals as many partitions as it can to members of
+their racks; the quotas, and so every count and how many partitions each member keeps, are the same.
 
 So per-member totals over all topics differ by at most one.  From a balanced assignment: a member joining takes
 ``P // (N + 1)`` partitions and nothing else moves; a member leaving moves only its own partitions; a re-run changes

@@ -2,10 +2,12 @@
 partitions that have a replica on a broker of its rack, so that it can fetch from a replica near it.
 
 **The rule here: balance, then stickiness, then rack matching.**  Racks only decide what the rack-blind assignor
-leaves open, so every member gets exactly the partition *count* it would get without racks, and exactly the same
-partitions stay where they are; what racks change is *which* partitions move where:
+leaves open: every member gets exactly the partition *count* it would get without racks (in a heterogeneous group,
+of each topic), and keeps as many of its partitions (all of them unless it is over its quota); what racks change is
+*which* partitions move, and where:
 
-1. a member over its quota gives up partitions outside its rack first (then by the usual retention order);
+1. a member over its quota keeps the partitions of its rack first, and gives up first those of another member's
+   rack (then by the usual retention order);
 2. the partitions that move (free, or given up) are dealt so that as many as possible land on a member of one of
    their racks: a maximum flow from partition classes (partitions with the same set of useful racks) to racks (each
    with the room its members have), computed on those classes, not on partitions; within a rack, and for what no
@@ -14,21 +16,22 @@ partitions stay where they are; what racks change is *which* partitions move whe
    rack-blind ones; which partitions each gets is dealt as in 2; a balancing move gives up a partition of the
    taker's rack (and not of the giver's) first.
 
-So with racks the properties of the rack-blind assignor all hold (``tests/unit/test_uniform.py``, the rack cases in
-``tests/unit/test_uniform_racks.py``), and the rack matches are never fewer than the rack-blind result's for the
-same totals when everything is dealt afresh (every partition on a member of its rack whenever the totals allow).
+So with racks every property of the rack-blind assignor holds (``tests/unit/test_uniform_racks.py`` checks them with
+racks drawn at random); in a homogeneous group the rack matches are never fewer than the rack-blind result's, and
+an assignment dealt afresh has the most matches its per-member counts allow.
 
 **Departure from Kafka.**  Kafka ranks rack matching *above* stickiness: KIP-881's client-side sticky assignors
 ("Previously owned partitions may be reassigned to improve rack locality", ``AbstractStickyAssignor``), the
-server-side uniform assignor of Kafka 3.7 (KAFKA-14515, ``OptimizedUniformAssignmentBuilder``: "Balance > Rack
-Matching > Stickiness"; a held partition whose racks do not include its member's is released, and given back only
-if no member of its rack has room) and the open proposal to restore it (apache/kafka#20000, KAFKA-19909).  Kafka
-3.8 removed rack awareness from its server-side assignors altogether (KAFKA-16694, "not performing as expected"),
-so Kafka's current uniform assignor ignores racks.  Here stickiness comes first because issue 16's stickiness
-properties (a join moves only the joiner's share, a leave only the leaver's partitions, the fewest moves a balanced
-result allows) are this assignor's contract.  The cost: a partition held outside its rack stays there until it moves
-for another reason (a join, a leave, new partitions), and a change of a broker's rack bumps the group epoch
-(KIP-848 bumps it on any change of partition metadata) without moving anything held.
+server-side uniform assignors of Kafka 3.7 (KAFKA-14515 and KAFKA-15484; ``OptimizedUniformAssignmentBuilder``:
+"Balance > Rack Matching > Stickiness": a held partition whose racks do not include its member's is released, and
+given back only if no member of its rack has room) and the open proposal to restore them (apache/kafka#20000,
+KAFKA-19909).  Kafka 3.8 removed rack awareness from its server-side assignors altogether (KAFKA-16694, "not
+performing as expected"), so Kafka's current uniform assignor ignores racks.  Here stickiness comes first because
+issue 16's stickiness properties (a join moves only the joiner's share, a leave only the leaver's partitions, the
+fewest moves a balanced result allows) are this assignor's contract, and Kafka's order breaks them (a join can move
+a partition held outside its rack, and then another to fill the gap).  The cost: a partition held outside its rack
+stays there until it moves for another reason (a join, a leave, new partitions), and a change of a broker's rack
+bumps the group epoch (KIP-848 bumps it on any change of partition metadata) without moving anything held.
 
 When racks are used at all is Kafka's rule (``useRackAwareAssignment``): some member has a rack, some partition
 has a replica in one of the members' racks, and not every partition has the same racks (then no choice would matter).
@@ -102,10 +105,15 @@ def in_use(racks: Racks | None, members: Iterable[str], topics: Mapping[str, int
 
 
 def rack_retention(racks: Racks, retention: Retention) -> Retention:
-    """``retention`` with a member's partitions of its own rack kept first (rule 1)."""
+    """``retention`` with a member's partitions ranked by rack first (rule 1): those of its own rack are kept first,
+    then those no member's rack holds (nobody can do better with them), and those of another member's rack are
+    given up first (they may go to that member)."""
+    wanted = frozenset(racks.members.values())
 
-    def key(member: str, topic: str, partition: int) -> tuple[bool, Any]:
-        return not racks.matches(member, topic, partition), retention(member, topic, partition)
+    def key(member: str, topic: str, partition: int) -> tuple[int, Any]:
+        here = racks.of(topic, partition)
+        rank = 0 if racks.members.get(member) in here else 2 if not wanted.isdisjoint(here) else 1
+        return rank, retention(member, topic, partition)
 
     return key
 
