@@ -3,7 +3,8 @@ persistent one with a rack, a child that is no broker id) and a topic whose repl
 registered.  The coordinator refuses the malformed registration in the journal (``input.rejected``), takes no rack
 from the persistent one (no broker writes one, as ``TopicAdmin.live_brokers`` rules), and a replica on a broker
 without a readable rack, or not registered, gives its partition no rack: the group is assigned by the racks that
-are there, and still reconciles."""
+are there, and still reconciles.  Replicas rewritten by hand (the same partitions on other brokers) change the
+partitions' racks: the group epoch is bumped."""
 
 from __future__ import annotations
 
@@ -62,3 +63,12 @@ def test_stray_broker_registrations_and_unregistered_replicas_give_no_rack(run: 
     # Were broker 4's rack taken, a would keep 3 instead of 2.
     assert assigned == {member_a: PartitionSet({"t": [0, 2, 5]}), member_b: PartitionSet({"t": [1, 3, 4]})}
     assert all(e.get("mode") == "consumer" for e in events(run, "h", "rebalance.started"))
+
+    # The replicas rewritten by hand, the count unchanged (no tool of ours moves replicas): partition 2 now on
+    # broker 2.  The partitions' racks changed, so the group epoch is bumped; nothing held moves.
+    epoch = records(run, "h")[0].group_epoch
+    moved = ((1,), (2,), (2,), (4,), (9,), (1,))
+    run.zk.set(paths.topic("t"), TopicAssignment(moved).encode())
+    wait_until(lambda: records(run, "h")[0].group_epoch > epoch and reconciled(run, "h", 2), 20, "an epoch bump")
+    assert "partition racks changed: t" in {e["trigger"] for e in events(run, "h", "rebalance.started")}
+    assert {m: c.assigned for m, c in records(run, "h")[2].items()} == assigned

@@ -168,7 +168,7 @@ class Watchers:
         new = sorted(set(children) - set(self.topics))
         topic_paths = [paths.topic(t) for t in new]
         for topic, got in zip(new, self._host.zk.get_many(topic_paths), strict=True):
-            count = self.topics[topic] = 0 if got is None else self._follow(topic, 0, got[0])
+            count = self.topics[topic] = 0 if got is None else self._follow(topic, 0, got[0])[0]
             self._watch_topic(topic)
             if count and self.groups_listed:
                 for group in self._interested(topic):
@@ -176,14 +176,15 @@ class Watchers:
         for topic in set(self.topics) - set(children):
             self.on_topic(topic, None)
 
-    def _follow(self, topic: str, known: int, data: bytes) -> int:
+    def _follow(self, topic: str, known: int, data: bytes) -> tuple[int, bool]:
+        """The partition count to follow, and whether the partitions' racks changed (their replicas taken)."""
         change = follow_partition_count(known, data, paths.topic(topic))  # never fewer than known
         if change.refused is not None:
             self._host.journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=change.refused)
-        if change.replicas is not None:
-            self.replicas[topic] = change.replicas
-            self._rerack(topic)
-        return change.count
+        if change.replicas is None:
+            return change.count, False
+        self.replicas[topic] = change.replicas
+        return change.count, self._rerack(topic)
 
     def on_topic(self, topic: str, data: bytes | None) -> None:
         if data is None:  # deleted: its groups rebalance without it now, not at their next change
@@ -192,8 +193,10 @@ class Watchers:
             for group in self._interested(topic) if self.topics.pop(topic, 0) else []:
                 self._host.request(group, f"topic deleted: {topic}")
             return
-        count = self._follow(topic, self.topics.get(topic, 0), data)
+        count, reracked = self._follow(topic, self.topics.get(topic, 0), data)
         if count == self.topics.get(topic):
+            if reracked:  # the same partitions on other brokers (a reassignment)
+                self._racks_changed(topic)
             return
         trigger = "partitions added" if self.topics.get(topic) else "new topic"
         self.topics[topic] = count
@@ -227,21 +230,25 @@ class Watchers:
             return
         self.broker_racks = racks
         for topic in sorted(self.replicas):
-            self._rerack(topic)
+            if self._rerack(topic):
+                self._racks_changed(topic)
 
-    def _rerack(self, topic: str) -> None:
-        """Compute ``topic``'s partition racks again; if they changed, queue its groups (a change of partition
-        metadata: KIP-848 bumps the group epoch)."""
+    def _rerack(self, topic: str) -> bool:
+        """Compute ``topic``'s partition racks again; whether they changed."""
         if not self.broker_racks and topic not in self.partition_racks:
-            return  # no racks before, none now
+            return False  # no racks before, none now
         racks = self.broker_racks
         now = tuple(frozenset(racks[b] for b in replicas if b in racks) for replicas in self.replicas.get(topic, ()))
         if now == self.partition_racks.get(topic, ()) or (not any(now) and topic not in self.partition_racks):
-            return
+            return False
         if any(now):
             self.partition_racks[topic] = now
         else:
             del self.partition_racks[topic]
+        return True
+
+    def _racks_changed(self, topic: str) -> None:
+        """Queue ``topic``'s groups: its partitions' metadata changed (KIP-848 bumps the group epoch)."""
         if self.groups_listed:
             for group in self._interested(topic):
                 self._host.request(group, f"partition racks changed: {topic}")
