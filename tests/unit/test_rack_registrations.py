@@ -9,11 +9,13 @@ import socket
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.cli import run_cli
 from zkcoord.broker import BrokerConfig
+from zkcoord.cli import cli
 from zkcoord.consumer import ConsumerConfig, Subscription
 from zkcoord.errors import CodecError, ConfigurationError
 from zkcoord.layout.registrations import BrokerRegistration, MemberRegistration, Pattern
@@ -71,16 +73,29 @@ def test_the_consumer_publishes_its_rack() -> None:
     assert config.subscription.registration(1, rack=config.rack).rack == "eu-1a"
 
 
-def test_the_commands_document_and_refuse_the_flag() -> None:
+def test_the_commands_document_and_refuse_the_flag(tmp_path: Path) -> None:
+    runner = CliRunner()
     for command in ("broker", "consume"):
-        helped = run_cli(command, "--help")
-        assert helped.returncode == 0 and "--rack RACK" in helped.stdout
-    refused = run_cli("broker", "--id", "1", "--rack", "a b", "--zk", "127.0.0.1:1")
-    assert refused.returncode != 0
-    assert refused.stderr.strip().splitlines() == [
+        helped = runner.invoke(cli, [command, "--help"])
+        assert helped.exit_code == 0 and "--rack RACK" in helped.output
+    legacy = [
+        "consume",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--protocol",
+        "zk-client",
+        "--rack",
+        "a",
+        "--zk",
+        "127.0.0.1:1",
+    ]
+    refused = runner.invoke(cli, [*legacy, "--data-dir", str(tmp_path)])
+    assert refused.exit_code != 0 and refused.stderr.strip().splitlines()[-1].startswith("Error: --rack is for")
+    # One real process: a bad rack is one Error: line, no traceback.
+    bad = run_cli("broker", "--id", "1", "--rack", "a b", "--zk", "127.0.0.1:1")
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [
         "Error: invalid rack name 'a b': illegal characters ' '; use ASCII letters, digits, '.', '_', '-'"
     ]
-    legacy = run_cli(
-        "consume", "--group", "g", "--topic", "t", "--protocol", "zk-client", "--rack", "a", "--zk", "127.0.0.1:1"
-    )
-    assert legacy.returncode != 0 and legacy.stderr.strip().splitlines()[-1].startswith("Error: --rack is for")
