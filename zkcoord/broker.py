@@ -39,6 +39,7 @@ from zkcoord.errors import (
     ZkError,
 )
 from zkcoord.layout import paths
+from zkcoord.layout.names import validate_rack
 from zkcoord.layout.paths import MAX_BROKER_ID
 from zkcoord.layout.registrations import BrokerRegistration
 from zkcoord.runtime.journal import Journal
@@ -102,6 +103,8 @@ class BrokerConfig:
     takeover_wait_s: float | None = None
     #: how long :meth:`Broker.stop` may take (``--shutdown-timeout``), whatever ZooKeeper does
     shutdown_timeout_s: float = DEFAULT_BROKER_TIMEOUT_S
+    #: the broker's rack (Kafka's ``broker.rack``), published in its registration; None: none
+    rack: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.broker_id <= MAX_BROKER_ID:
@@ -109,6 +112,8 @@ class BrokerConfig:
         if not 1 <= self.port <= 65535:
             raise ConfigurationError(f"port must be between 1 and 65535, got {self.port}")
         validate_timeout(self.shutdown_timeout_s)
+        if self.rack is not None:
+            validate_rack(self.rack)
 
     @property
     def wait_s(self) -> float:
@@ -235,7 +240,8 @@ class Broker:
     # --- registration ------------------------------------------------------------------------------------------
 
     def _registration(self) -> bytes:
-        return BrokerRegistration(host=self.config.host, port=self.config.port, timestamp_ms=self._wall_ms()).encode()
+        config = self.config
+        return BrokerRegistration(config.host, config.port, self._wall_ms(), rack=config.rack).encode()
 
     def _owner_of(self, stat: Stat | None) -> int | None:
         return None if stat is None else stat.ephemeralOwner

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def zk(zk_hosts: str) -> Iterator[ZkClient]:
         yield client
 
 
-def make_broker(zk_hosts: str, broker_id: int, journal: Journal | None = None, **kw: float) -> Broker:
+def make_broker(zk_hosts: str, broker_id: int, journal: Journal | None = None, **kw: Any) -> Broker:
     config = BrokerConfig(
         broker_id=broker_id, zk=ZkConfig.from_string(zk_hosts, session_timeout_s=SESSION), host="h1", port=9100, **kw
     )

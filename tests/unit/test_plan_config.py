@@ -4,6 +4,7 @@ its ``max.size`` gives the last registered members nothing, and neither touches 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from zkcoord.coordinator.plan import GroupSnapshot, Member, moves, plan
 from zkcoord.layout.group_config import GroupConfig
@@ -14,7 +15,7 @@ from zkcoord.protocol.assignors import shares
 TEN = {f"t{i}": 1 for i in range(10)}  # ten one-partition topics: range puts them all on one member
 
 
-def reg(subscription: dict[str, int], **kw: bool) -> MemberRegistration:
+def reg(subscription: dict[str, int], **kw: Any) -> MemberRegistration:
     return MemberRegistration(Pattern.STATIC, subscription, 0, **kw)
 
 

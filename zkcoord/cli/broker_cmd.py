@@ -21,6 +21,14 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 @click.option("--host", default=socket.gethostname, show_default="this host", help="Host to advertise.")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to advertise [default: 9092+id].")
 @click.option(
+    "--rack",
+    default=None,
+    metavar="RACK",
+    help="This broker's rack (Kafka's broker.rack), published in its registration: a partition's racks are those of "
+    "the brokers holding its replicas, and the uniform assignor prefers to give a consumer (consume --rack) partitions "
+    "of its rack where that costs neither balance nor stickiness (docs/protocol.md). Letters, digits, '.', '_', '-'.",
+)
+@click.option(
     "--assignor",
     type=click.Choice(sorted(ASSIGNORS)),
     default="range",
@@ -72,6 +80,7 @@ def broker(
     broker_id: int,
     host: str,
     port: int | None,
+    rack: str | None,
     assignor: str,
     rebalance_timeout: float,
     max_rebalance_retries: int,
@@ -100,6 +109,7 @@ def broker(
         host=host,
         port=port if port is not None else min(9092 + broker_id, 65535),
         shutdown_timeout_s=shutdown_timeout,
+        rack=rack,
     )
     stop = SignalStop(f"broker {broker_id}", shutdown_timeout)
     journal = open_journal(journal_dir, f"broker-{broker_id}")

@@ -156,6 +156,14 @@ class _Status:
     "Published in the member's registration: a rebalance's stop phase waits up to this long for this member "
     "(docs/protocol.md).",
 )
+@click.option(
+    "--rack",
+    default=None,
+    metavar="RACK",
+    help="This consumer's rack (Kafka's client.rack), published in its registration: the uniform assignor prefers "
+    "to give it partitions with a replica on a broker of that rack (broker --rack), where that costs neither balance "
+    "nor stickiness (docs/protocol.md). Not with --protocol zk-client.",
+)
 @click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
 @click.option(
     "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
@@ -189,6 +197,7 @@ def consume(
     migrating: bool,
     rebalance: str,
     max_poll_interval: float,
+    rack: str | None,
     rebalance_max_retries: int,
     rebalance_backoff: float,
     assignor: str,
@@ -224,6 +233,7 @@ def consume(
         shutdown_timeout_s=shutdown_timeout,
         max_poll_interval_s=max_poll_interval,
         instance_id=instance_id,
+        rack=rack,
     )
     if unsafe and protocol == "zk-client":
         raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
@@ -231,6 +241,8 @@ def consume(
         raise ConfigurationError("--rebalance is the coordinator protocol's (the consumer protocol is incremental)")
     if rebalance == "incremental" and protocol == "zk-client":
         raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
+    if rack is not None and protocol == "zk-client":
+        raise ConfigurationError("--rack is for coordinated consumers (zk-client members assign among themselves)")
     if migrating and protocol == "zk-client":
         raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
     stop = SignalStop("consumer", shutdown_timeout)

@@ -14,7 +14,7 @@ from typing import Literal
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout import topic_regex
 from zkcoord.layout.legacy_paths import check_group
-from zkcoord.layout.names import validate_group, validate_topic
+from zkcoord.layout.names import validate_group, validate_rack, validate_topic
 from zkcoord.layout.registrations import (
     MAX_POLL_INTERVAL_MS,
     MAX_THREADS,
@@ -76,8 +76,10 @@ class Subscription:
         consumer_protocol: bool = False,
         max_poll_interval_ms: int | None = None,
         instance_id: str | None = None,
+        rack: str | None = None,
     ) -> MemberRegistration:
-        """The member znode's content for this subscription (``max_poll_interval_ms`` None: not published)."""
+        """The member znode's content for this subscription (``max_poll_interval_ms``, ``rack`` None: not
+        published)."""
         return MemberRegistration(
             self.pattern,
             dict(self.topics),
@@ -87,6 +89,7 @@ class Subscription:
             max_poll_interval_ms=max_poll_interval_ms,
             consumer_protocol=consumer_protocol,
             instance_id=instance_id,
+            rack=rack,
         )
 
 
@@ -133,6 +136,9 @@ class ConsumerConfig:
         coordinator reads it: a stop-fetcher is acknowledged only once the application's next ``poll()`` has run its
         revoke callback, so a rebalance's stop phase waits up to this long for this member.  Past it the consumer
         takes the application for hung and leaves the group (KIP-62), rejoining at its next ``poll()``.
+    :param rack: the consumer's rack (Kafka's ``client.rack``), published in its registration: the coordinator's
+        uniform assignor prefers to give it partitions with a replica on a broker of that rack (``broker --rack``),
+        where that costs neither balance nor stickiness.  None: no rack.
     """
 
     group: str
@@ -153,6 +159,7 @@ class ConsumerConfig:
     shutdown_timeout_s: float = DEFAULT_CONSUMER_TIMEOUT_S
     max_poll_interval_s: float = 300.0
     instance_id: str | None = None
+    rack: str | None = None
 
     def _check_protocol(self) -> None:
         if self.rebalance not in ("eager", "incremental", "consumer"):
@@ -187,5 +194,7 @@ class ConsumerConfig:
             raise ConfigurationError(f"max poll interval must be within 1..86400 s, got {self.max_poll_interval_s}")
         if not 0.1 <= self.lease_fraction <= 0.9:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
+        if self.rack is not None:
+            validate_rack(self.rack)
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):
             raise ConfigurationError(f"consumer id {self.consumer_id!r} must start with '{self.group}_' (Kafka's form)")

@@ -110,6 +110,7 @@ class ConsumerCore:
             consumer_protocol=self.config.rebalance == "consumer",
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
             instance_id=self.config.instance_id,
+            rack=self.config.rack,
         )
         if self.config.instance_id is not None:
             self._hold_instance(self.config.instance_id)

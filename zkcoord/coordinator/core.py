@@ -205,10 +205,8 @@ class Coordinator:
             return
         if self.role is not Role.COORDINATOR or event.term != self.term_no:
             return  # an event of an earlier term, or while following
-        if event.kind == "topics":
-            self.watchers.on_topics(event.data)
-        elif event.kind == "topic":
-            self.watchers.on_topic(event.name, event.data)
+        if event.kind in ("topics", "topic", "brokers"):
+            self.watchers.on_cluster(event)
         elif event.kind == "groups":
             self.watchers.on_groups(event.data)
         elif event.kind == "members":

@@ -14,7 +14,14 @@ from zkcoord.errors import ConfigurationError
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration
-from zkcoord.protocol.assignors import Assignment, get_assignor, range_assign, uniform_assign
+from zkcoord.protocol.assignors import (
+    Assignment,
+    PartitionRacks,
+    Racks,
+    get_assignor,
+    range_assign,
+    uniform_assign,
+)
 from zkcoord.protocol.subscriptions import resolve
 
 
@@ -107,13 +114,21 @@ def necessity(
     return None  # 3.5
 
 
-def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str, config: GroupConfig | None = None) -> Plan:
+def plan(
+    snapshot: GroupSnapshot,
+    topics: Mapping[str, int],
+    assignor: str,
+    config: GroupConfig | None = None,
+    racks: PartitionRacks | None = None,
+) -> Plan:
     """Compute the target assignment for ``snapshot`` and decide whether a rebalance is necessary.
 
     ``assignor`` is the coordinator's, for eager groups; ``config`` the group's dynamic config
     (``/config/groups/<g>``), whose ``assignor`` replaces it (and uniform, for incremental groups) and whose
     ``max.size`` leaves the last registered members out (:func:`admitted`).  Neither applies to a migrating group:
     its zk-client members compute the assignment over every member with their own assignor, and must agree.
+    ``racks`` (the racks of the topics' partitions) and the members' registered racks go to the uniform assignor of
+    incremental groups.
     """
     config = config or GroupConfig()
     notes: list[tuple[str, str]] = []
@@ -140,7 +155,9 @@ def plan(snapshot: GroupSnapshot, topics: Mapping[str, int], assignor: str, conf
     try:
         if incremental and used == "uniform":
             # Sticky to what the members fetch now (entries of a member given nothing, as an excluded one, are free).
-            target = uniform_assign(subscriptions, partitions, previous=still_held(snapshot))
+            member_racks = {c: m.registration.rack for c, m in snapshot.members.items() if m.registration.rack}
+            where = Racks(member_racks, racks or {})
+            target = uniform_assign(subscriptions, partitions, previous=still_held(snapshot), racks=where)
         else:
             target = get_assignor(used)(subscriptions, partitions)
     except ConfigurationError as e:

@@ -67,7 +67,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration
-from zkcoord.protocol.assignors import moved_partitions
+from zkcoord.protocol.assignors import PartitionRacks, moved_partitions
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient
@@ -91,6 +91,7 @@ class Rebalancer:
         *,
         schedule: Schedule,
         topics: Callable[[], Mapping[str, int]],
+        partition_racks: Callable[[], PartitionRacks] = dict,
         group_config: Callable[[str], GroupConfig] = lambda _group: GroupConfig(),
         ack_watch: Callable[[WatchEvent], None] | None = None,
         member_watch: Callable[[WatchEvent], None] | None = None,
@@ -103,6 +104,8 @@ class Rebalancer:
         self.journal = journal
         self.schedule = schedule
         self.topics = topics
+        #: the racks of the topics' partitions (``topic -> racks of each partition``: the watchers' view)
+        self.partition_racks = partition_racks
         #: each group's dynamic config as last read (``/config/groups/<g>``: :mod:`~.group_configs`)
         self.group_config = group_config
         #: by group, the members beyond its ``max.size`` last journalled (``group.max_size_reached`` once per change)
@@ -146,6 +149,7 @@ class Rebalancer:
             journal,
             schedule=schedule,
             topics=topics,
+            partition_racks=partition_racks,
             group_config=group_config,
             generations=lambda group: self.generations.get(group, 0),
             ack_watch=ack_watch,
@@ -204,7 +208,8 @@ class Rebalancer:
             # Fences off (the demo's contrast): a coordinator that knows nothing of a migration, as one written
             # without it would be -- it plans over its own members only, beside the zk-client members.
             read = dataclasses.replace(read, snapshot=dataclasses.replace(read.snapshot, legacy={}), migrating=False)
-        planned = plan(read.snapshot, self.topics(), self.config.assignor, self.group_config(group))
+        config = self.group_config(group)
+        planned = plan(read.snapshot, self.topics(), self.config.assignor, config, self.partition_racks())
         wanted = planned.necessary or self.retries.get(group, 0) != 0
         if wanted and (planned.members or read.snapshot.state is not None) and not room:
             return Begun.DEFERRED

@@ -139,6 +139,7 @@ class TermKeeper:
             journal,
             schedule=host.schedule_group,
             topics=lambda: watchers.topics,
+            partition_racks=lambda: watchers.partition_racks,
             group_config=watchers.configs.get,
             ack_watch=watchers.new_watch("ack"),
             member_watch=watchers.members_watch,

@@ -1,8 +1,10 @@
-"""What the coordinator watches during a term (seed section C): the topics, the groups, each group's members, the
-``zk-client`` members of migrating groups, and the groups' dynamic configs (:mod:`.group_configs`).
+"""What the coordinator watches during a term (seed section C): the topics, the brokers (for their racks), the
+groups, each group's members, the ``zk-client`` members of migrating groups, and the groups' dynamic configs
+(:mod:`.group_configs`).
 
 :class:`Watchers` is owned by the :class:`~zkcoord.coordinator.core.Coordinator` and holds the term's view of the
-cluster (topics and their partition counts, groups, member listings, member registrations by group).
+cluster (topics, their partition counts and the racks of their partitions, groups, member listings, member
+registrations by group).
 
 Threads: the callbacks it registers run on kazoo's watch thread and only put an :class:`Event` on the owner's queue
 (:meth:`WatcherHost.post`); a callback of an ended term returns False, which ends its kazoo watch.  Every other
@@ -19,8 +21,9 @@ from zkcoord.coordinator.group_configs import GroupConfigs
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.snapshot import Listing, forget_member, listing
 from zkcoord.data.topics import follow_partition_count
+from zkcoord.errors import CodecError
 from zkcoord.layout import legacy_paths, paths
-from zkcoord.layout.registrations import MemberRegistration, Pattern
+from zkcoord.layout.registrations import BrokerRegistration, MemberRegistration, Pattern
 from zkcoord.protocol.subscriptions import matches
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import Stat, WatchEvent, WatchKind, ZkClient
@@ -56,6 +59,13 @@ class Watchers:
         self._host = host
         #: partition count by topic (0: the topic exists, its count is not known yet)
         self.topics: dict[str, int] = {}
+        #: each partition's replica broker ids, by topic, as last taken (a refused version of the data keeps them)
+        self.replicas: dict[str, tuple[tuple[int, ...], ...]] = {}
+        #: the rack of every registered broker that has one (read when ``/brokers/ids`` changes, not per rebalance)
+        self.broker_racks: dict[int, str] = {}
+        #: the racks of each partition -- those of the registered brokers holding its replicas -- for the topics
+        #: where some partition has one (what the uniform assignor prefers racks by)
+        self.partition_racks: dict[str, tuple[frozenset[str], ...]] = {}
         #: member registrations by group, as last examined: routes topic changes to the groups they concern
         self.subs: dict[str, list[MemberRegistration]] = {}
         self.groups: set[str] = set()
@@ -76,13 +86,18 @@ class Watchers:
         self.configs.begin_term()
 
     def watch_roots(self) -> None:
-        """Watch the topics and the groups (worker): their first listings come as events."""
+        """Watch the brokers, the topics and the groups (worker): their first listings come as events, in this
+        order, so that the racks and the topics are known before the groups are examined."""
+        self._watch_children("brokers", paths.BROKER_IDS)
         self._watch_children("topics", paths.BROKER_TOPICS)
         self._watch_children("groups", paths.GROUPS)
 
     def reset(self) -> None:
         """The term ended (worker): forget everything it saw; its watches end at their next call."""
         self.topics.clear()
+        self.replicas.clear()
+        self.broker_racks.clear()
+        self.partition_racks.clear()
         self.subs.clear()
         self.groups.clear()
         self.groups_listed = False
@@ -137,6 +152,15 @@ class Watchers:
 
     # --- topics (worker) ------------------------------------------------------------------------------------------
 
+    def on_cluster(self, event: Event) -> None:
+        """A watch on the topics, a topic or the brokers fired.  :raises ZkError: (the event is handled again)."""
+        if event.kind == "topics":
+            self.on_topics(event.data)
+        elif event.kind == "topic":
+            self.on_topic(event.name, event.data)
+        else:
+            self.on_brokers(event.data)
+
     def on_topics(self, children: list[str]) -> None:
         # Read the partition counts of new topics now, before any group is planned against them: a count of 0
         # would make the necessity check strip every partition of the topic from its groups (and put them back
@@ -144,7 +168,7 @@ class Watchers:
         new = sorted(set(children) - set(self.topics))
         topic_paths = [paths.topic(t) for t in new]
         for topic, got in zip(new, self._host.zk.get_many(topic_paths), strict=True):
-            count = self.topics[topic] = 0 if got is None else self._follow(topic, 0, got[0])
+            count = self.topics[topic] = 0 if got is None else self._follow(topic, 0, got[0])[0]
             self._watch_topic(topic)
             if count and self.groups_listed:
                 for group in self._interested(topic):
@@ -152,24 +176,82 @@ class Watchers:
         for topic in set(self.topics) - set(children):
             self.on_topic(topic, None)
 
-    def _follow(self, topic: str, known: int, data: bytes) -> int:
+    def _follow(self, topic: str, known: int, data: bytes) -> tuple[int, bool]:
+        """The partition count to follow, and whether the partitions' racks changed (their replicas taken)."""
         change = follow_partition_count(known, data, paths.topic(topic))  # never fewer than known
         if change.refused is not None:
             self._host.journal.emit("input.rejected", what="topic", path=paths.topic(topic), reason=change.refused)
-        return change.count
+        if change.replicas is None:
+            return change.count, False
+        self.replicas[topic] = change.replicas
+        return change.count, self._rerack(topic)
 
     def on_topic(self, topic: str, data: bytes | None) -> None:
         if data is None:  # deleted: its groups rebalance without it now, not at their next change
+            self.replicas.pop(topic, None)
+            self.partition_racks.pop(topic, None)
             for group in self._interested(topic) if self.topics.pop(topic, 0) else []:
                 self._host.request(group, f"topic deleted: {topic}")
             return
-        count = self._follow(topic, self.topics.get(topic, 0), data)
+        count, reracked = self._follow(topic, self.topics.get(topic, 0), data)
         if count == self.topics.get(topic):
+            if reracked:  # the same partitions on other brokers (a reassignment)
+                self._racks_changed(topic)
             return
         trigger = "partitions added" if self.topics.get(topic) else "new topic"
         self.topics[topic] = count
         for group in self._interested(topic):
             self._host.request(group, f"{trigger}: {topic}")
+
+    # --- brokers and racks (worker) ----------------------------------------------------------------------------------
+
+    def on_brokers(self, children: list[str]) -> None:
+        """The registered brokers changed: read their registrations (one pipelined burst) for their racks, and queue
+        the groups of every topic whose partitions' racks change with them.  A registration that cannot be decoded
+        gives its broker no rack (journalled as ``input.rejected``), nor does a persistent one (no broker writes one).
+
+        :raises ZkError: the reads failed (the event is handled again later).
+        """
+        ids = sorted(int(c) for c in children if c.isascii() and c.isdigit() and str(int(c)) == c)
+        racks: dict[int, str] = {}
+        for broker, got in zip(ids, self._host.zk.get_many([paths.broker(i) for i in ids]), strict=True):
+            if got is None or got[1].ephemeralOwner == 0:
+                continue  # gone since listed, or persistent: written by hand, no broker's (as TopicAdmin.live_brokers)
+            try:
+                rack = BrokerRegistration.decode(got[0], paths.broker(broker)).rack
+            except CodecError as e:
+                self._host.journal.emit(
+                    "input.rejected", what="broker registration", path=paths.broker(broker), reason=e.reason
+                )
+                continue
+            if rack is not None:
+                racks[broker] = rack
+        if racks == self.broker_racks:
+            return
+        self.broker_racks = racks
+        for topic in sorted(self.replicas):
+            if self._rerack(topic):
+                self._racks_changed(topic)
+
+    def _rerack(self, topic: str) -> bool:
+        """Compute ``topic``'s partition racks again; whether they changed."""
+        if not self.broker_racks and topic not in self.partition_racks:
+            return False  # no racks before, none now
+        racks = self.broker_racks
+        now = tuple(frozenset(racks[b] for b in replicas if b in racks) for replicas in self.replicas.get(topic, ()))
+        if now == self.partition_racks.get(topic, ()) or (not any(now) and topic not in self.partition_racks):
+            return False
+        if any(now):
+            self.partition_racks[topic] = now
+        else:
+            del self.partition_racks[topic]
+        return True
+
+    def _racks_changed(self, topic: str) -> None:
+        """Queue ``topic``'s groups: its partitions' metadata changed (KIP-848 bumps the group epoch)."""
+        if self.groups_listed:
+            for group in self._interested(topic):
+                self._host.request(group, f"partition racks changed: {topic}")
 
     def _interested(self, topic: str) -> list[str]:
         out = []

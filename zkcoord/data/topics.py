@@ -51,6 +51,8 @@ class CountChange:
     count: int
     #: why the znode's data was not taken (to journal as ``input.rejected``), or None
     refused: str | None = None
+    #: the replica broker ids of each partition, as the data lists them (None when refused)
+    replicas: tuple[tuple[int, ...], ...] | None = None
 
 
 def follow_partition_count(known: int, data: bytes | None, path: str) -> CountChange:
@@ -63,12 +65,13 @@ def follow_partition_count(known: int, data: bytes | None, path: str) -> CountCh
     them from every group consuming them while producers that know them still write to them (S3); only deleting
     the topic ends it."""
     try:
-        count = TopicAssignment.decode(data, path).partition_count
+        assignment = TopicAssignment.decode(data, path)
     except CodecError as e:
         return CountChange(known, e.reason)
+    count = assignment.partition_count
     if count < known:
         return CountChange(known, f"partitions can be added, not removed: {known} known, {count} written; kept {known}")
-    return CountChange(count)
+    return CountChange(count, replicas=assignment.replicas)
 
 
 def place_replicas(broker_ids: list[int], first: int, count: int, replication_factor: int) -> list[tuple[int, ...]]:

@@ -1,4 +1,4 @@
-"""Validation of the names users choose: topics, groups, consumer ids.
+"""Validation of the names users choose: topics, groups, consumer ids, racks.
 
 The rules are Kafka's (``kafka.common.Topic.validate``): ASCII letters, digits, ``.``, ``_`` and ``-``; not ``.`` or
 ``..``; at most 249 characters, so that ``<topic>-<partition>`` still fits a file name.  Group names follow the same
@@ -38,6 +38,12 @@ def validate_topic(name: str) -> str:
 
 def validate_group(name: str) -> str:
     return validate_name("group", name)
+
+
+def validate_rack(name: str) -> str:
+    """A rack id (a broker's ``--rack``, a consumer's ``--rack``: Kafka's ``broker.rack`` and ``client.rack``), under
+    the same rules as topic names: it is compared, never parsed, and these rules keep it printable in one line."""
+    return validate_name("rack", name)
 
 
 def validate_partition_count(count: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from zkcoord.errors import CodecError, InvalidNameError
 from zkcoord.layout import topic_regex
-from zkcoord.layout.names import MAX_PARTITIONS, validate_topic
+from zkcoord.layout.names import MAX_PARTITIONS, validate_rack, validate_topic
 from zkcoord.layout.znodes import (
     FORMAT_VERSION,
     INT_TEXT,
@@ -33,25 +33,49 @@ from zkcoord.layout.znodes import (
 # --- brokers -----------------------------------------------------------------------------------------------------
 
 
+def rack_field(obj: Mapping[str, Any], what: str, path: str | None) -> str | None:
+    """The optional ``rack`` key of a registration: absent (None), or a name under :func:`validate_rack`'s rules.
+
+    :raises CodecError: present but not a string, or not a legal rack name.
+    """
+    if "rack" not in obj:
+        return None
+    rack = obj["rack"]
+    if not isinstance(rack, str):
+        raise CodecError(what, "field 'rack' must be a string", path)
+    try:
+        return validate_rack(rack)
+    except InvalidNameError as e:
+        raise CodecError(what, str(e), path) from e
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """``/brokers/ids/<id>``: Kafka 0.8.2's ``registerBrokerInZk`` JSON."""
+    """``/brokers/ids/<id>``: Kafka 0.8.2's ``registerBrokerInZk`` JSON.
+
+    ``rack`` is the broker's rack (Kafka's ``broker.rack``, which later versions of this JSON carry as ``"rack"``):
+    the racks of a partition are those of the brokers holding its replicas, and KIP-848's uniform assignor prefers to
+    give a member partitions with a replica in its rack.  Written only when set, so a registration without one stays
+    byte-for-byte 0.8's, and 0.8's readers ignore the key.
+    """
 
     host: str
     port: int
     timestamp_ms: int
     jmx_port: int = -1
+    rack: str | None = None
 
     def encode(self) -> bytes:
-        return dump_object(
-            {
-                "version": FORMAT_VERSION,
-                "host": self.host,
-                "port": self.port,
-                "jmx_port": self.jmx_port,
-                "timestamp": str(self.timestamp_ms),
-            }
-        )
+        obj: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "host": self.host,
+            "port": self.port,
+            "jmx_port": self.jmx_port,
+            "timestamp": str(self.timestamp_ms),
+        }
+        if self.rack is not None:
+            obj["rack"] = self.rack
+        return dump_object(obj)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> Self:
@@ -64,7 +88,13 @@ class BrokerRegistration:
         jmx = obj.get("jmx_port", -1)
         if not isinstance(jmx, int) or isinstance(jmx, bool):
             raise CodecError(what, "field 'jmx_port' must be int", path)
-        return cls(host=host, port=port, timestamp_ms=timestamp_field(obj, what, path), jmx_port=jmx)
+        return cls(
+            host=host,
+            port=port,
+            timestamp_ms=timestamp_field(obj, what, path),
+            jmx_port=jmx,
+            rack=rack_field(obj, what, path),
+        )
 
 
 # --- topics ------------------------------------------------------------------------------------------------------
@@ -178,6 +208,10 @@ class MemberRegistration:
     acknowledged once the application's next ``poll()`` has run its revoke callback).  The coordinator lengthens a
     stop phase's timeout by it.  ``None`` (the key absent): unknown -- a ``zk-client`` member, or one older than the
     key.  Written only when known.
+
+    ``rack`` is the member's rack (Kafka's ``client.rack``): the uniform assignor prefers to give it partitions with
+    a replica on a broker of that rack, where that costs neither balance nor stickiness
+    (:mod:`zkcoord.protocol.assignors.racks`).  Written only when set.
     """
 
     pattern: Pattern
@@ -191,6 +225,7 @@ class MemberRegistration:
     consumer_protocol: bool = False
     #: a static member's instance id (KIP-848's ``group.instance.id``; consumer protocol only), written only when set
     instance_id: str | None = None
+    rack: str | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -209,6 +244,8 @@ class MemberRegistration:
             obj["protocol"] = "consumer"
         if self.instance_id is not None:
             obj["instance_id"] = self.instance_id
+        if self.rack is not None:
+            obj["rack"] = self.rack
         return dump_object(obj)
 
     @classmethod
@@ -262,6 +299,7 @@ class MemberRegistration:
             max_poll_interval_ms=interval,
             consumer_protocol=(consumer := _speaks_consumer(obj, migrating or incremental, what, path)),
             instance_id=_instance_id(obj, consumer, what, path),
+            rack=rack_field(obj, what, path),
         )
 
 

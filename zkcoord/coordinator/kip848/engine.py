@@ -45,6 +45,7 @@ from zkcoord.coordinator.kip848.model import (
     MemberStep,
     basis,
     compute_target,
+    rack_inputs,
     round_steps,
     state_target,
 )
@@ -55,6 +56,7 @@ from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
+from zkcoord.protocol.assignors import PartitionRacks
 from zkcoord.protocol.kip848 import Kip848Error
 from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.journal import Journal
@@ -91,6 +93,7 @@ class Reconciler(MemberChanges):
         *,
         schedule: Callable[[float, str, int], None],
         topics: Callable[[], Mapping[str, int]],
+        partition_racks: Callable[[], PartitionRacks] = dict,
         group_config: Callable[[str], GroupConfig],
         generations: Callable[[str], int] = lambda _group: 0,
         ack_watch: Callable[[WatchEvent], None] | None,
@@ -102,7 +105,7 @@ class Reconciler(MemberChanges):
         self.config = config
         self.journal = journal
         self.schedule = schedule
-        self.topics = topics
+        self.topics, self.partition_racks = topics, partition_racks
         self.group_config = group_config
         #: the highest generation this term gave each group (the classic path's): a rebuild starts above it
         self.generations = generations
@@ -250,7 +253,8 @@ class Reconciler(MemberChanges):
         inputs).  A rebuilt model always bumps."""
         config = self.group_config(model.group)
         assignor = config.assignor if config.assignor in ASSIGNORS else "uniform"
-        now = basis(model.members, model.threads, topics, model.instances)
+        racks = rack_inputs(model.racks, model.threads, self.partition_racks())
+        now = basis(model.members, model.threads, topics, model.instances, racks)
         if model.basis is not None and now == model.basis and assignor == model.assignor:
             return []
         previous = {m: t.partitions for m, t in model.targets.items()}
@@ -259,7 +263,7 @@ class Reconciler(MemberChanges):
             # registry its state vouches for): the first target is sticky to what the members fetch, as Kafka's
             # online upgrade takes the classic group's assignment for its members' targets.
             previous = {m: c.assigned for m, c in model.currents.items() if c.assigned}
-        target = compute_target(assignor, model.threads, topics, previous)
+        target = compute_target(assignor, model.threads, topics, previous, racks)
         read_back = model.basis is None and bool(model.targets)  # (a rebuilt model has no targets: it always bumps)
         if read_back and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
             model.basis = now  # read back, and nothing changed since the records were written
@@ -286,7 +290,7 @@ class Reconciler(MemberChanges):
             epoch=self.epoch,
             attempt=0,
             trigger=trigger,
-            reason="members, subscriptions or partitions changed",
+            reason="members, subscriptions, partitions or racks changed",
             members=sorted(model.members),
             partitions=sum(p.count() for p in target.values()),
             assignor=assignor,

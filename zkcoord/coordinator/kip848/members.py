@@ -101,9 +101,10 @@ class MemberChanges:
         model.instances.update(instances)  # every live member's, those already members when the model was read too
         kept = {m: model.threads[m] for m in model.absent if m in model.threads}
         model.threads = {**kept, **{m: dict(t) for m, t in threads.items()}}
-        model.poll_interval_ms = {
-            cid: m.registration.max_poll_interval_ms or 0 for cid, m in read.snapshot.members.items()
-        }
+        regs = {cid: m.registration for cid, m in read.snapshot.members.items()}
+        model.poll_interval_ms = {cid: r.max_poll_interval_ms or 0 for cid, r in regs.items()}
+        kept_racks = {m: model.racks[m] for m in model.absent if m in model.racks}  # a held member keeps its rack
+        model.racks = {**kept_racks, **{cid: r.rack for cid, r in regs.items() if r.rack is not None}}
         return ops
 
     def _hold(self, model: GroupModel, member: str) -> None:

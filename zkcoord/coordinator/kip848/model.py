@@ -24,14 +24,20 @@ from zkcoord.layout.group_state import GroupPhase
 from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import NO_PARTITIONS, PartitionSet
 from zkcoord.protocol.assignors.classic import thread_id
+from zkcoord.protocol.assignors.racks import PartitionRacks, Racks
 from zkcoord.protocol.assignors.server_range import server_range
 from zkcoord.protocol.assignors.uniform import uniform
 from zkcoord.protocol.kip848 import partition_epochs, reconcile
 
-#: what a target is computed from: members (id, incarnation), each member's topics and thread counts, and the
-#: partition count of every topic some member subscribes to.  A change of any of it bumps the group epoch.
+#: what a target is computed from: members (id, incarnation), each member's topics and thread counts, the partition
+#: count of every topic some member subscribes to, and, when some member has a rack, the members' racks and the racks
+#: of those topics' partitions.  A change of any of it bumps the group epoch.
 Basis = tuple[
-    tuple[tuple[str, int], ...], tuple[tuple[str, tuple[tuple[str, int], ...]], ...], tuple[tuple[str, int], ...]
+    tuple[tuple[str, int], ...],
+    tuple[tuple[str, tuple[tuple[str, int], ...]], ...],
+    tuple[tuple[str, int], ...],
+    tuple[tuple[str, str], ...],
+    tuple[tuple[str, tuple[tuple[str, ...], ...]], ...],
 ]
 
 #: the assignors a consumer-protocol group may use (its group config's ``assignor``), KIP-848's server-side ones
@@ -75,6 +81,8 @@ class GroupModel:
     basis: Basis | None = None
     #: consumer id -> the poll interval its registration publishes, ms (0: none)
     poll_interval_ms: dict[str, int] = field(default_factory=dict)
+    #: consumer id -> the rack its registration publishes (members without one are absent)
+    racks: dict[str, str] = field(default_factory=dict)
     #: the group state znode's version (-1: absent)
     state_version: int = -1
     #: members with a command not acknowledged yet
@@ -127,16 +135,29 @@ def joining() -> CurrentAssignment:
     return _JOINING
 
 
+def rack_inputs(
+    member_racks: Mapping[str, str], threads: Mapping[str, Mapping[str, int]], partition_racks: PartitionRacks
+) -> Racks | None:
+    """The racks a target is computed from: the members' and those of the partitions of the topics they subscribe
+    to; None when no member has a rack (then partition racks change nothing, and their changes bump nothing)."""
+    if not member_racks:
+        return None
+    topics = {t for subs in threads.values() for t in subs}
+    return Racks(dict(member_racks), {t: partition_racks[t] for t in topics if t in partition_racks})
+
+
 def basis(
     members: Mapping[str, int],
     threads: Mapping[str, Mapping[str, int]],
     partitions: Mapping[str, int],
     instances: Mapping[str, str] | None = None,
+    racks: Racks | None = None,
 ) -> Basis:
     """What a target is computed from, in a form that compares by value (see :data:`Basis`).  A static member counts
     by its instance id, whatever its consumer id and session: one that comes back in its place changes nothing."""
     topics = {t for subs in threads.values() for t in subs}
     instances = instances or {}
+    where = racks or Racks()
 
     def key(member: str) -> tuple[str, int]:
         instance = instances.get(member)
@@ -146,6 +167,8 @@ def basis(
         tuple(sorted(key(m) for m in members)),
         tuple(sorted((key(m)[0], tuple(sorted(threads.get(m, {}).items()))) for m in members)),
         tuple(sorted((t, partitions[t]) for t in topics if t in partitions)),
+        tuple(sorted((key(m)[0], rack) for m, rack in where.members.items() if m in members)),
+        tuple(sorted((t, tuple(tuple(sorted(r)) for r in rs)) for t, rs in where.partitions.items())),
     )
 
 
@@ -154,15 +177,19 @@ def compute_target(
     threads: Mapping[str, Mapping[str, int]],
     partitions: Mapping[str, int],
     previous: Mapping[str, PartitionSet],
+    racks: Racks | None = None,
 ) -> dict[str, PartitionSet]:
     """The member-level target: ``uniform`` sticky to the ``previous`` target (KIP-848 computes a new target from
-    the last one, not from what members own), or KIP-848's server-side ``range``."""
+    the last one, not from what members own), preferring partitions of a member's rack where that costs neither
+    balance nor stickiness (``racks``: :mod:`~zkcoord.protocol.assignors.racks`), or KIP-848's server-side
+    ``range`` (which, as Kafka's, takes no racks)."""
     subscriptions = {m: frozenset(subs) for m, subs in threads.items()}
     counts = {t: partitions[t] for subs in subscriptions.values() for t in subs if t in partitions}
     if assignor == "range":
         result = server_range(subscriptions, counts)
     else:
-        result = uniform(subscriptions, counts, {m: p for m, p in previous.items() if m in subscriptions})
+        current = {m: p for m, p in previous.items() if m in subscriptions}
+        result = uniform(subscriptions, counts, current, racks=racks)
     return {m: PartitionSet.of(result.get(m, {})) for m in subscriptions}
 
 

@@ -13,6 +13,7 @@ Member level (``member -> topics`` in, ``member -> topic -> partitions`` out), K
 
 * :mod:`.members`: the vocabulary and the input checks;
 * :mod:`.uniform`: :func:`uniform`, dispatching to :mod:`.homogeneous` or :mod:`.heterogeneous`;
+* :mod:`.racks`: :class:`Racks`, what the uniform assignor prefers racks by (and where it does);
 * :mod:`.incremental`: :class:`UniformGroup`, one join or leave computed from the change;
 * :mod:`.server_range`: :func:`server_range`.
 
@@ -35,6 +36,7 @@ from zkcoord.protocol.assignors.classic import (
 )
 from zkcoord.protocol.assignors.incremental import UniformGroup
 from zkcoord.protocol.assignors.members import GroupAssignment, Holdings
+from zkcoord.protocol.assignors.racks import PartitionRacks, Racks
 from zkcoord.protocol.assignors.registry import (
     ASSIGNORS,
     SERVER_ASSIGNORS,
@@ -53,6 +55,8 @@ __all__ = [
     "Assignor",
     "GroupAssignment",
     "Holdings",
+    "PartitionRacks",
+    "Racks",
     "ServerAssignor",
     "UniformGroup",
     "consumer_of",

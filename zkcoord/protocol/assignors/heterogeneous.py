@@ -38,6 +38,7 @@ from zkcoord.protocol.assignors.members import (
     java_order,
     size_of,
 )
+from zkcoord.protocol.assignors.racks import Racks, deal, rack_retention, reroute_key
 
 
 def topic_order(topics: Mapping[str, int], subscribers: Mapping[str, list[str]]) -> list[str]:
@@ -102,8 +103,11 @@ def assign_heterogeneous(
     *,
     claimed: Mapping[str, set[int]],
     retention: Retention,
+    racks: Racks | None = None,
 ) -> GroupAssignment:
-    """The heterogeneous uniform assignment (steps 1-3 above).
+    """The heterogeneous uniform assignment (steps 1-3 above); ``racks`` (in use:
+    :func:`~zkcoord.protocol.assignors.racks.in_use`) chooses which partitions go where, never how many
+    (:mod:`~zkcoord.protocol.assignors.racks`' rule 3).
 
     ``order``: every member, in member order; ``subscriptions[m]``: its topics (each with at least one partition);
     ``topics``: ``topic -> partition count`` for every topic some member subscribes to; ``holdings``: what each
@@ -126,24 +130,42 @@ def assign_heterogeneous(
     ranked = topic_order(topics, subscribers)
     work = _Work(order, holdings)
     for topic in ranked:
-        _place(work, topic, sorted(set(range(topics[topic])) - claimed.get(topic, set())), subscribers[topic])
-    _balance(work, [t for t in ranked if len(subscribers[t]) >= 2], subscribers, retention)
+        free = sorted(set(range(topics[topic])) - claimed.get(topic, set()))
+        _place(work, topic, free, subscribers[topic], racks)
+    if racks is not None:
+        retention = rack_retention(racks, retention)
+    _balance(work, [t for t in ranked if len(subscribers[t]) >= 2], subscribers, retention, racks)
     return work.result(order)
 
 
-def _place(work: _Work, topic: str, free: list[int], subscribers: list[str]) -> None:
-    """Step 2 for one topic: each free partition to its least loaded subscriber."""
+def _place(work: _Work, topic: str, free: list[int], subscribers: list[str], racks: Racks | None) -> None:
+    """Step 2 for one topic: each free partition to its least loaded subscriber.  With racks, the subscribers and
+    how many each gets are the same, which partitions each gets is dealt by rack."""
     if not free:
         return
     heap = [(work.size[m], work.index[m], m) for m in subscribers]
     heapq.heapify(heap)
+    need: dict[str, int] = {}
     for partition in free:
         size, index, member = heapq.heappop(heap)
-        work.give(member, topic, partition)
+        if racks is None:
+            work.give(member, topic, partition)
+        else:
+            need[member] = need.get(member, 0) + 1
         heapq.heappush(heap, (size + 1, index, member))
+    if racks is not None:
+        for member, pairs in deal([(topic, p) for p in free], need, racks).items():
+            for _, partition in pairs:
+                work.give(member, topic, partition)
 
 
-def _balance(work: _Work, topics: list[str], subscribers: Mapping[str, list[str]], retention: Retention) -> None:
+def _balance(
+    work: _Work,
+    topics: list[str],
+    subscribers: Mapping[str, list[str]],
+    retention: Retention,
+    racks: Racks | None,
+) -> None:
     """Step 3: passes over ``topics`` (each with two subscribers or more) until one moves nothing.  A topic none of
     whose subscribers changed total since it was last balanced is skipped: it is still balanced."""
     checked: dict[str, int] = {}
@@ -153,13 +175,13 @@ def _balance(work: _Work, topics: list[str], subscribers: Mapping[str, list[str]
             members = subscribers[topic]
             if topic in checked and all(work.stamp[m] < checked[topic] for m in members):
                 continue
-            _balance_topic(work, topic, members, retention)
+            _balance_topic(work, topic, members, retention, racks)
             checked[topic] = work.moves + 1
         if work.moves == before:
             return
 
 
-def _balance_topic(work: _Work, topic: str, members: list[str], retention: Retention) -> None:
+def _balance_topic(work: _Work, topic: str, members: list[str], retention: Retention, racks: Racks | None) -> None:
     sizes = [work.size[m] for m in members]
     if max(sizes) - min(sizes) <= 1:
         return  # already balanced, whoever holds what (the common case, checked without building heaps)
@@ -178,7 +200,7 @@ def _balance_topic(work: _Work, topic: str, members: list[str], retention: Reten
         taker, giver = takers[0][2], givers[0][2]
         if work.size[giver] - work.size[taker] <= 1:
             return
-        partition = _pick(work, giver, topic, retention)
+        partition = _pick(work, giver, taker, topic, retention=retention, racks=racks)
         work.moves += 1
         work.take(giver, topic, partition)
         work.give(taker, topic, partition)
@@ -187,12 +209,18 @@ def _balance_topic(work: _Work, topic: str, members: list[str], retention: Reten
             heapq.heappush(givers, (-work.size[member], -work.index[member], member))
 
 
-def _pick(work: _Work, giver: str, topic: str, retention: Retention) -> int:
-    """The partition of ``topic`` that ``giver`` gives up: one it was given in this run if any (the highest, as it
-    moved nothing yet), else the kept one with the largest retention key."""
+def _pick(work: _Work, giver: str, taker: str, topic: str, *, retention: Retention, racks: Racks | None) -> int:
+    """The partition of ``topic`` that ``giver`` gives up to ``taker``: one it was given in this run if any (the
+    highest, as it moved nothing yet), else the kept one with the largest retention key.  With racks, within each of
+    those two, first one of the taker's rack, then one outside the giver's."""
     mine = work.mine(giver)[topic]
     kept = work.kept[giver].get(topic, frozenset())
     fresh = mine - kept
+    candidates = fresh or mine
+    if racks is not None:
+        prefer = reroute_key(racks, giver, taker)
+        best = min(prefer(topic, p) for p in candidates)
+        candidates = {p for p in candidates if prefer(topic, p) == best}
     if fresh:
-        return max(fresh)
-    return max(mine, key=lambda p: retention(giver, topic, p))
+        return max(candidates)
+    return max(candidates, key=lambda p: retention(giver, topic, p))

@@ -14,6 +14,10 @@ The rule, for ``N`` members and ``P`` partitions in all (``base, extra = divmod(
    a time to the members below their quota, in member order, round after round (a round-robin, so that partitions of
    one topic spread over the members that fill up).
 
+With racks (:mod:`~zkcoord.protocol.assignors.racks`), step 2 keeps the partitions of the member's rack first (and
+gives up first those of another member's rack), and step 3 first deals as many partitions as it can to members of
+their racks; the quotas, and so every count and how many partitions each member keeps, are the same.
+
 So per-member totals over all topics differ by at most one.  From a balanced assignment: a member joining takes
 ``P // (N + 1)`` partitions and nothing else moves; a member leaving moves only its own partitions; a re-run changes
 nothing.  (``tests/unit/test_uniform.py`` checks these for every input it draws.)
@@ -38,6 +42,7 @@ from zkcoord.protocol.assignors.members import (
     size_of,
     topic_partition_order,
 )
+from zkcoord.protocol.assignors.racks import Racks, deal, rack_retention
 
 
 def _in_order(classes: Sequence[Sequence[str]]) -> Iterator[str]:
@@ -100,6 +105,8 @@ def settle(
     free: Iterable[tuple[str, int]],
     total: int,
     retention: Retention,
+    *,
+    racks: Racks | None = None,
 ) -> dict[str, Holdings]:
     """Steps 1-3: the new holdings of exactly the members whose holdings change.
 
@@ -107,13 +114,17 @@ def settle(
     is every one of the ``total`` partitions that none of them holds.  Members absent from the answer keep their
     holdings unchanged.
 
-    With no members at all, nothing is assigned and the answer is empty.
+    With no members at all, nothing is assigned and the answer is empty.  ``racks`` (in use:
+    :func:`~zkcoord.protocol.assignors.racks.in_use`) chooses which partitions move, never how many
+    (:mod:`~zkcoord.protocol.assignors.racks`' rules 1 and 2).
 
     :raises AssertionError: the inputs are inconsistent (``free`` and ``holdings`` do not add up to ``total``).
     """
     if not any(by_size.values()):
         return {}
     plan = quotas(by_size, total)
+    if racks is not None:
+        retention = rack_retention(racks, retention)
     pool = list(free)
     kept: dict[str, list[tuple[str, int]]] = {}
     for member, (held, quota) in plan.items():
@@ -123,23 +134,7 @@ def settle(
             pool.extend(mine[quota:])
     pool.sort(key=lambda tp: topic_partition_order(tp[0], tp[1]))
     need = {member: quota - held for member, (held, quota) in plan.items() if held < quota}
-    gained: dict[str, list[tuple[str, int]]] = {member: [] for member in need}
-    deal = iter(pool)
-    active = sorted(need, key=java_order)
-    while active:
-        still = []
-        for member in active:
-            pair = next(deal, None)
-            if pair is None:
-                raise AssertionError(f"too few partitions for the quotas: holdings and free do not add up to {total}")
-            gained[member].append(pair)
-            need[member] -= 1
-            if need[member]:
-                still.append(member)
-        active = still
-    leftover = next(deal, None)
-    if leftover is not None:
-        raise AssertionError(f"partition {leftover} left over: holdings and free do not add up to {total}")
+    gained = deal(pool, need, racks)
     out: dict[str, Holdings] = {}
     for member, pairs in kept.items():
         out[member] = _group(pairs)
@@ -179,10 +174,12 @@ def assign_homogeneous(
     holdings: Mapping[str, Holdings],
     claimed: Mapping[str, set[int]],
     retention: Retention,
+    *,
+    racks: Racks | None = None,
 ) -> GroupAssignment:
     """The homogeneous uniform assignment of ``topics`` (``topic -> partition count``, all subscribed by every
     member) to the members of ``order`` (member order), each holding ``holdings[m]`` (valid and disjoint; their
     union per topic is ``claimed``).  Members that keep what they hold get the very mapping of ``holdings``."""
     free = [(t, p) for t in topics for p in sorted(set(range(topics[t])) - claimed.get(t, set()))]
-    changes = settle(size_classes(order, holdings), holdings, free, sum(topics.values()), retention)
+    changes = settle(size_classes(order, holdings), holdings, free, sum(topics.values()), retention, racks=racks)
     return {member: changes.get(member, holdings[member]) for member in order}

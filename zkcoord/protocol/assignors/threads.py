@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from zkcoord.protocol.assignors.classic import Assignment, check_inputs, collect, consumer_of, thread_id
 from zkcoord.protocol.assignors.members import GroupAssignment, java_order
+from zkcoord.protocol.assignors.racks import Racks
 from zkcoord.protocol.assignors.server_range import server_range
 from zkcoord.protocol.assignors.uniform import uniform
 
@@ -168,7 +169,10 @@ def _to_threads(result: GroupAssignment, subscriptions: ThreadSubscriptions, pla
 
 
 def uniform_assign(
-    subscriptions: ThreadSubscriptions, partitions: Mapping[str, int], previous: Previous | None = None
+    subscriptions: ThreadSubscriptions,
+    partitions: Mapping[str, int],
+    previous: Previous | None = None,
+    racks: Racks | None = None,
 ) -> Assignment:
     """The uniform assignor (:func:`~zkcoord.protocol.assignors.uniform.uniform`) on threads: balanced per member
     over all its topics, sticky to ``previous`` (``topic -> partition -> thread``, anything at all: entries that name
@@ -176,7 +180,8 @@ def uniform_assign(
 
     This is the assignor of incremental rebalances (:mod:`zkcoord.coordinator.plan` passes the partitions members
     fetch now as ``previous``).  Called with two arguments (the :data:`~zkcoord.protocol.assignors.classic.Assignor`
-    signature) it has no previous owners.
+    signature) it has no previous owners.  ``racks`` (consumer racks, partition racks) are the member-level
+    assignor's (:mod:`~zkcoord.protocol.assignors.racks`).
 
     Member ``b`` joins: ``a`` gives up two partitions, one from each of its threads, which stay even; ``b``, with
     one thread, gets as many partitions as ``a`` with two:
@@ -188,7 +193,7 @@ def uniform_assign(
     """
     check_inputs(subscriptions, partitions)
     placement = Placement(subscriptions, previous or {})
-    result = uniform(member_topics(subscriptions), partitions, placement.holdings(), placement.retention)
+    result = uniform(member_topics(subscriptions), partitions, placement.holdings(), placement.retention, racks)
     return _to_threads(result, subscriptions, placement)
 
 

@@ -32,6 +32,7 @@ from zkcoord.protocol.assignors.members import (
     member_order,
     valid_holdings,
 )
+from zkcoord.protocol.assignors.racks import Racks, in_use
 
 
 def uniform(
@@ -39,6 +40,7 @@ def uniform(
     partitions: Mapping[str, int],
     current: CurrentAssignment | None = None,
     retention: Retention = default_retention,
+    racks: Racks | None = None,
 ) -> GroupAssignment:
     """The uniform assignment of ``partitions`` (``topic -> count``) to the members of ``subscriptions``
     (``member -> topics``), as sticky to ``current`` (``member -> topic -> partitions``, typically the previous
@@ -49,7 +51,9 @@ def uniform(
     never on the iteration order of a mapping.  ``current`` may hold anything -- members that left, topics nobody
     subscribes to, partitions beyond a topic's end, a partition claimed twice: what is not valid is ignored (see
     :func:`~zkcoord.protocol.assignors.members.valid_holdings`).  ``retention`` chooses which partitions a member
-    over its quota gives up (by default its highest in (topic, partition) order).
+    over its quota gives up (by default its highest in (topic, partition) order).  ``racks`` (member racks and
+    partition racks) chooses, where racks are in use, which partitions move, never how many, nor which stay
+    (:mod:`~zkcoord.protocol.assignors.racks`); None, or racks not in use: the rack-blind assignment.
 
     Homogeneous, the 3-member, 10-topic case of issue 16 (the per-topic ``sticky`` it replaces gave all ten
     partitions to one member):
@@ -73,6 +77,9 @@ def uniform(
     holdings, claimed = valid_holdings(order, subs, partitions, current)
     common = common_topics(subs)
     if common is not None:
-        return assign_homogeneous(order, {t: partitions[t] for t in common}, holdings, claimed, retention)
+        counts = {t: partitions[t] for t in common}
+        return assign_homogeneous(order, counts, holdings, claimed, retention, racks=in_use(racks, order, counts))
     topics = {t: partitions[t] for topics in set(subs.values()) for t in topics}
-    return assign_heterogeneous(order, subs, topics, holdings, claimed=claimed, retention=retention)
+    return assign_heterogeneous(
+        order, subs, topics, holdings, claimed=claimed, retention=retention, racks=in_use(racks, order, topics)
+    )
