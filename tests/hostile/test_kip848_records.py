@@ -5,6 +5,7 @@ why), stopping whoever may be fetching first; it never grants a partition twice,
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -18,9 +19,18 @@ from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
 
-DAMAGE = {
-    "unreadable": lambda other: b"{not json",
-    "double-ownership": lambda other: other.encode(),  # claims the other member's partitions as its own too
+
+def _unreadable(_bad: CurrentAssignment) -> bytes:
+    return b"{not json"
+
+
+def _double_ownership(bad: CurrentAssignment) -> bytes:
+    return bad.encode()  # claims the other member's partitions as its own too
+
+
+DAMAGE: dict[str, Callable[[CurrentAssignment], bytes]] = {
+    "unreadable": _unreadable,
+    "double-ownership": _double_ownership,
 }
 
 

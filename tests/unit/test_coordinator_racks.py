@@ -23,12 +23,12 @@ def test_rack_inputs_are_the_members_racks_and_their_topics_partition_racks() ->
 def test_a_change_of_partition_racks_changes_the_basis_only_when_a_member_has_a_rack() -> None:
     members = {"m1": 1, "m2": 2}
     moved = {**RACKS, "t": (frozenset("c"),) * 4}
-    with_racks = [basis(members, THREADS, {"t": 4}, rack_inputs({"m1": "a"}, THREADS, r)) for r in (RACKS, moved)]
+    with_racks = [basis(members, THREADS, {"t": 4}, racks=rack_inputs({"m1": "a"}, THREADS, r)) for r in (RACKS, moved)]
     assert with_racks[0] != with_racks[1]
-    without = [basis(members, THREADS, {"t": 4}, rack_inputs({}, THREADS, r)) for r in (RACKS, moved)]
+    without = [basis(members, THREADS, {"t": 4}, racks=rack_inputs({}, THREADS, r)) for r in (RACKS, moved)]
     assert without[0] == without[1] == basis(members, THREADS, {"t": 4})
     unsubscribed = {**RACKS, "other": (frozenset("z"),)}
-    assert basis(members, THREADS, {"t": 4}, rack_inputs({"m1": "a"}, THREADS, unsubscribed)) == with_racks[0]
+    assert basis(members, THREADS, {"t": 4}, racks=rack_inputs({"m1": "a"}, THREADS, unsubscribed)) == with_racks[0]
 
 
 def test_the_target_gives_a_joiner_the_partitions_of_its_rack() -> None:

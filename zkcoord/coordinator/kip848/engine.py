@@ -32,11 +32,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from zkcoord.coordinator.acks import acknowledges
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.kip848 import ops as ops_
 from zkcoord.coordinator.kip848 import store
+from zkcoord.coordinator.kip848.acks import Acknowledgements
 from zkcoord.coordinator.kip848.members import MemberChanges
 from zkcoord.coordinator.kip848.model import (
     ASSIGNORS,
@@ -50,9 +50,9 @@ from zkcoord.coordinator.kip848.model import (
     state_target,
 )
 from zkcoord.coordinator.snapshot import ReadResult
-from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption, decode_acknowledged
+from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_config import GroupConfig
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
@@ -81,7 +81,7 @@ def speaks_consumer(read: ReadResult) -> bool:
     )
 
 
-class Reconciler(MemberChanges):
+class Reconciler(Acknowledgements, MemberChanges):
     """The consumer-protocol groups of one coordinator term (worker thread only)."""
 
     def __init__(
@@ -254,7 +254,7 @@ class Reconciler(MemberChanges):
         config = self.group_config(model.group)
         assignor = config.assignor if config.assignor in ASSIGNORS else "uniform"
         racks = rack_inputs(model.racks, model.threads, self.partition_racks())
-        now = basis(model.members, model.threads, topics, model.instances, racks)
+        now = basis(model.members, model.threads, topics, instances=model.instances, racks=racks)
         if model.basis is not None and now == model.basis and assignor == model.assignor:
             return []
         previous = {m: t.partitions for m, t in model.targets.items()}
@@ -398,75 +398,6 @@ class Reconciler(MemberChanges):
         interval = model.poll_interval_ms.get(member, 0)
         inflight.timeout_s = base + interval / 1000
         inflight.token = self._timer(model, member, "revoke", inflight.timeout_s)
-
-    # --- acknowledgements ------------------------------------------------------------------------------------------
-
-    def _watch(self, model: GroupModel, commands: list[str]) -> None:
-        """Watch ``commands``; those already gone are looked at now."""
-        if not commands:
-            return
-        try:
-            reads = self.zk.get_many(commands, watch=self.ack_watch)
-        except ZkError as e:
-            self._retry(model.group, f"cannot watch its commands: {e}")
-            return
-        for path, got in zip(commands, reads, strict=True):
-            parsed = paths.command_of(path)
-            if got is None and parsed is not None and self.models.get(model.group) is model:
-                inflight = model.inflight.get(parsed[1])
-                if inflight is not None and inflight.path == path:
-                    self._acknowledged(model, parsed[1], inflight)
-
-    def _watch_inflight(self, model: GroupModel) -> None:
-        self._watch(model, [i.path for i in model.inflight.values() if i.path is not None])
-
-    def _acknowledged(self, model: GroupModel, member: str, inflight: InFlight) -> None:
-        """``member``'s command is gone: its acknowledgement if its channel records it (:mod:`~.acks`' rule), then
-        the member has reported what it owns and the group takes its next steps; if not, the command was lost and
-        is sent again."""
-        if inflight.path is None:
-            return  # not written yet: nothing can have deleted it
-        name = inflight.path.rsplit("/", 1)[1]
-        try:
-            data, stat = self.zk.get(paths.channel(model.group, member))
-            record = decode_acknowledged(data, paths.channel(model.group, member))
-            lost = "recreated" if inflight.zxid and stat.czxid > inflight.zxid else ""
-            if not lost and not acknowledges(record, name, name.rsplit("-", 1)[0]):
-                lost = "unacknowledged"
-        except NoNodeError:
-            lost = "deleted"
-            model.channels.discard(member)
-        except CodecError:
-            lost = "unreadable"
-        except ZkError as e:
-            self._retry(model.group, f"cannot check {member}'s acknowledgement: {e}")
-            return
-        del model.inflight[member]
-        self._timers.pop(inflight.token, None)
-        generation = inflight.generation
-        self.journal.emit(
-            "command.acked",
-            group=model.group,
-            consumer=member,
-            generation=generation,
-            epoch=self.epoch,
-            option=inflight.option.value,
-            latency_ms=round((self.clock() - inflight.sent_at) * 1000, 2) if inflight.sent_at else None,
-        )
-        if lost:
-            self.journal.emit(
-                "command.lost",
-                group=model.group,
-                consumer=member,
-                generation=generation,
-                epoch=self.epoch,
-                option=inflight.option.value,
-                channel=lost,
-            )
-            model.resend[member] = inflight.option
-        elif inflight.option is CommandOption.STOP_FETCHER:
-            model.must_stop.discard(member)
-        self._round(model, [])
 
     # --- endings ---------------------------------------------------------------------------------------------------
 

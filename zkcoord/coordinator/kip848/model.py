@@ -150,6 +150,7 @@ def basis(
     members: Mapping[str, int],
     threads: Mapping[str, Mapping[str, int]],
     partitions: Mapping[str, int],
+    *,
     instances: Mapping[str, str] | None = None,
     racks: Racks | None = None,
 ) -> Basis:
