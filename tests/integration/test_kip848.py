@@ -82,6 +82,7 @@ def test_joins_and_a_leave_reconcile_member_by_member_with_epochs(run: Run) -> N
     assert sorted(c.assigned.count() for c in currents.values()) == [3, 3]
     # The first member revoked before the second was granted: its stop was acknowledged before the start that gave
     # the second member anything.
+    wait_until(lambda: bool(_id(run, first) and _id(run, second)), 10, "both members' ids")
     old = _id(run, first)
     new = _id(run, second)
     steps = events(run, "k", "command.acked", "command.sent")
@@ -116,6 +117,7 @@ def test_a_new_coordinator_carries_the_reconciliation_on_from_the_records(run: R
     wait_until(lambda: Ledger.read(run.journal, "f").consumed != {}, 30, "consumption to begin")
     epochs, _, _ = records(run, "f")
     run.consumer("f", "t", extra=CONSUMER)
+    wait_until(lambda: bool(_id(run, first)), 10, "the first member's id")
     old = _id(run, first)
 
     def revoking() -> bool:
@@ -170,6 +172,7 @@ def test_a_static_member_restarting_gets_its_partitions_back_and_disturbs_nobody
     b = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "b"))
     wait_until(lambda: reconciled(run, "s", 2), 30, "two static members reconciled")
     epochs, targets, _ = records(run, "s")
+    wait_until(lambda: bool(_id(run, a) and _id(run, b)), 10, "both members' ids")
     old_a, id_b = _id(run, a), _id(run, b)
     producer = run.producer("t", 2_000, 500)
     wait_until(lambda: Ledger.read(run.journal, "s").consumed != {}, 30, "consumption to begin")
@@ -178,6 +181,7 @@ def test_a_static_member_restarting_gets_its_partitions_back_and_disturbs_nobody
     a.wait(timeout=30)
     again = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "a"))
     wait_until(lambda: bool(events(run, "s", "kip848.member_replaced")), 30, "the static member back in its place")
+    wait_until(lambda: bool(_id(run, again)), 10, "the restarted member's id")
     new_a = _id(run, again)
     wait_until(lambda: reconciled(run, "s", 2), 30, "both reconciled again")
     after, targets_after, _ = records(run, "s")
