@@ -9,6 +9,7 @@ migrated group, and its roll onto ``--rebalance incremental``.  At every step wh
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 from collections.abc import Iterator
@@ -27,7 +28,9 @@ from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError
 from zkcoord.layout import legacy_paths, paths
 from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.testbed.procs import ChildProcess, wait_until
+from zkcoord.zk import ZkClient, ZkConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -132,7 +135,7 @@ def check_against_znodes(run: Run, d: dict[str, Any]) -> None:
     assert sorted(rows) == list(range(PARTITIONS))
     for p, row in rows.items():
         owner = zk_owners.get(p, coordinator_owners.get(p))
-        assert row["owner"] == owner, (p, row)
+        assert owner is not None and row["owner"] == owner, (p, row)
         assert row["owners"] == {
             lay: v for lay, v in (("coordinator", coordinator_owners.get(p)), ("zk-client", zk_owners.get(p))) if v
         }
@@ -194,12 +197,12 @@ def test_a_group_is_one_view_through_every_step_of_the_migration(run: Run) -> No
     for i, proc in enumerate(old):
         proc.signal(signal.SIGTERM)  # step 2.1: stop one cleanly
         assert proc.wait(20) == 0
-        wait_until(lambda i=i: settled(run, i, 1 - i), 40, "the group settled without it")
+        wait_until(functools.partial(settled, run, i, 1 - i), 40, "the group settled without it")
         d = describe(run)
         check_against_znodes(run, d)
         assert d["protocols"] == {k: v for k, v in (("zk-client", 1 - i), ("migrating", i)) if v}
         migrated.append(run.consumer(GROUP, TOPIC, extra=("--migrating",)))  # step 2.2: its successor
-        wait_until(lambda i=i: settled(run, i + 1, 1 - i), 40, f"settled after rolling consumer {i + 1}")  # 2.3
+        wait_until(functools.partial(settled, run, i + 1, 1 - i), 40, f"settled after rolling consumer {i + 1}")
 
         d = describe(run)
         check_against_znodes(run, d)
@@ -272,3 +275,48 @@ def test_check_fails_on_a_double_owner_made_by_hand(run: Run) -> None:
     obj = json.loads(as_json.stdout)
     assert len(obj["ownership_problems"]) == 1 and obj["ownership_problems"][0] in obj["problems"]
     assert obj["partitions"][1]["owners"] == {"coordinator": owner, "zk-client": f"{intruder}-0"}
+
+
+def test_a_migrating_member_waiting_for_its_zk_client_predecessor_is_pending(run: Run) -> None:
+    """A zk-client member (played by hand, in a session of its own) holds both partitions' 0.8 owner znodes and
+    never rebalances.  A real migrating consumer joins: the coordinator gives it one partition, which it cannot claim
+    yet.  describe shows that partition still owned by the zk-client member and pending for the migrating one, and
+    the group rebalancing; once the zk-client member lets go, owned by the migrating member and stable."""
+    run.broker()
+    TopicAdmin(run.zk).create(TOPIC, 2)
+    ghost_zk = run.stack.enter_context(ZkClient(ZkConfig.from_string(run.hosts)))
+    ghost = f"{GROUP}_ghost-1-0000abcd"
+    registration = MemberRegistration(Pattern.STATIC, {TOPIC: 1}, 1).encode()
+    ghost_zk.create(legacy_paths.member(GROUP, ghost), registration, ephemeral=True, makepath=True)
+    for p in range(2):
+        ghost_zk.create(legacy_paths.owner(GROUP, TOPIC, p), f"{ghost}-0".encode(), ephemeral=True, makepath=True)
+
+    run.consumer(GROUP, TOPIC, extra=("--migrating",))
+
+    def counted() -> bool:
+        st = state(run)
+        return st is not None and st.phase is GroupPhase.STABLE and list(st.legacy) == [ghost] and len(st.members) == 1
+
+    wait_until(counted, 30, "the coordinator stable over the migrating member beside the zk-client one")
+    st = state(run)
+    assert st is not None
+    ((mine, thread),) = st.target[TOPIC].items()
+    d = describe(run)
+    assert d["state"] == "rebalancing" and d["unclaimed"] == []
+    row = d["partitions"][mine]
+    assert (row["owner"], row["protocol"], row["pending"]) == (f"{ghost}-0", "zk-client", thread)
+    assert row["owners"] == {"coordinator": thread, "zk-client": f"{ghost}-0"} and d["ownership_problems"] == []
+    members = {m["consumer_id"]: m for m in d["members"]}
+    assert (members[ghost]["partitions"], members[ghost]["counted_as"]) == (2, "legacy")
+    migrating = members[thread.rsplit("-", 1)[0]]
+    assert (migrating["protocol"], migrating["partitions"], migrating["pending"]) == ("migrating", 0, 1)
+    lines = [" ".join(ln) for ln in text(run)]
+    assert lines[0].startswith(f"group {GROUP}: rebalancing (1 partition waiting for a migrating member's claim)")
+    assert any(ln.endswith(f"assigned to {thread}: waits for the 0.8 owner to let go") for ln in lines), lines
+
+    ghost_zk.delete(legacy_paths.owner(GROUP, TOPIC, mine))  # the zk-client member lets go
+    wait_until(lambda: values(run, legacy_paths.owners(GROUP, TOPIC)).get(mine) == thread, 20, "the claim")
+    d = describe(run)
+    assert d["state"] == "stable"
+    row = d["partitions"][mine]
+    assert (row["owner"], row["protocol"], row["pending"]) == (thread, "migrating", None)

@@ -190,10 +190,13 @@ def membership_changed(members: Mapping[str, MemberView], state: GroupState | No
     return dict(state.members) != own or dict(state.legacy) != zk_client
 
 
-def derive_status(members: Mapping[str, MemberView], state: GroupState | None, unclaimed: int) -> GroupStatus:
+def derive_status(
+    members: Mapping[str, MemberView], state: GroupState | None, unclaimed: int, pending: int
+) -> GroupStatus:
     """The user-facing state: ``empty`` without members; with members of the coordinator's, from its persisted
     phase (``unknown``: never rebalanced, or the state is unreadable); then, while members claim 0.8 owner znodes,
-    ``rebalancing`` until every partition of their subscriptions has one (``unclaimed`` is how many have none)."""
+    ``rebalancing`` until every partition of their subscriptions has one (``unclaimed`` is how many have none) and
+    no migrating member waits for one (``pending``)."""
     if not members:
         return GroupStatus.EMPTY
     status = GroupStatus.STABLE
@@ -204,7 +207,7 @@ def derive_status(members: Mapping[str, MemberView], state: GroupState | None, u
             return GroupStatus.FAILED
         if state.phase in (GroupPhase.STOPPING, GroupPhase.STARTING):
             return GroupStatus.REBALANCING
-    if unclaimed and any(m.protocol.claims_0_8 for m in members.values()):
+    if (unclaimed or pending) and any(m.protocol.claims_0_8 for m in members.values()):
         status = GroupStatus.REBALANCING
     return status
 

@@ -9,7 +9,8 @@ A group of one name may live in two trees (``docs/zookeeper-layout.md``), one pe
 
 :func:`read_groups` reads both, level by level: one pipelined burst per level of the trees for all the groups
 together (the roots; the registrations and the topic directories; the values and the partition counts of the
-subscribed topics), so a listing of many groups costs the same four round trips as one description.  Every znode is
+subscribed topics), so a description costs three round trips, and a listing of any number of groups four (the
+names first).  Every znode is
 decoded with the layout's own codec (:class:`MemberRegistration` for both registries, :func:`decode_owner` for both
 ownership registries, :func:`decode_int` for both offsets); nothing is parsed by hand.
 
@@ -107,8 +108,8 @@ class Registered:
 class LayoutRead:
     """What one layout holds of a group.
 
-    ``owned``: partitions with an owner znode (readable or not); ``owners``: their decoded values (only when read
-    with values; ``None``: unreadable).  ``offsets``: committed offsets (``None``: unreadable).  ``state`` and
+    ``owned``: partitions with an owner znode (readable or not); ``owners``: their decoded values (``None``:
+    unreadable).  ``offsets``: committed offsets (``None``: unreadable; read for a description only).  ``state`` and
     ``resets`` exist in the coordinator's layout only (``state`` ``None``: absent or unreadable).
     """
 
@@ -187,14 +188,14 @@ def _read_all(zk: ZkClient, ops: Sequence[tuple[ReadKind, str]]) -> list[Any]:
     return results
 
 
-def read_groups(zk: ZkClient, groups: Iterable[str], *, values: bool) -> dict[str, GroupRead]:
+def read_groups(zk: ZkClient, groups: Iterable[str], *, offsets: bool) -> dict[str, GroupRead]:
     """Read ``groups`` in every layout they can live in (module docstring has the contract).
 
-    With ``values`` (a description), also the owner values, the committed offsets and the reset records; without
-    (a listing), the registrations, the state, which partitions have an owner znode and the partition counts.
+    Always the registrations, the state, the owner znodes and the partition counts; with ``offsets`` (a
+    description) also the committed offsets and the reset records.
     :raises ZkError: (typed subclasses) ZooKeeper failed; nothing about the groups' data raises.
     """
-    reader = _Reader(groups, values)
+    reader = _Reader(groups, offsets)
     for level in (reader.roots, reader.children, reader.leaves):
         burst = _Burst()
         level(burst)
@@ -207,8 +208,8 @@ class _Reader:
     """The three levels of :func:`read_groups`; each adds its reads to a burst, with sinks that file the results
     for the next level.  Used by one thread, once."""
 
-    def __init__(self, groups: Iterable[str], values: bool) -> None:
-        self.values = values
+    def __init__(self, groups: Iterable[str], offsets: bool) -> None:
+        self.offsets = offsets
         self.reads = {g: GroupRead(g, {layout: LayoutRead(layout) for layout in layouts_of(g)}) for g in groups}
         self.topic_names: list[str] = []
         #: ``(group, layout, directory)`` -> its children: ``ids`` and the topic directories (:func:`_dirs`)
@@ -228,7 +229,7 @@ class _Reader:
             for layout, lr in read.layouts.items():
                 burst.add("children", _TREES[layout].root(g), functools.partial(_exists, lr))
                 burst.add("children", _TREES[layout].ids(g), self._lister((g, layout, "ids")))
-                for name, (root, _parent) in _dirs(layout, self.values).items():
+                for name, (root, _parent) in _dirs(layout, self.offsets).items():
                     burst.add("children", root(g), self._lister((g, layout, name)))
                 if layout is Layout.COORDINATOR:
                     path = paths.group_state(g)
@@ -241,20 +242,19 @@ class _Reader:
                 for cid in self.listed.get((g, layout, "ids"), []):
                     path = _TREES[layout].member(g, cid)
                     burst.add("get", path, functools.partial(_registered, path=path, consumer_id=cid, read=read, lr=lr))
-                for name, (root, parent) in _dirs(layout, self.values).items():
+                for name, (root, parent) in _dirs(layout, self.offsets).items():
                     found = self.keys.setdefault((g, layout, name), [])
                     for topic in _valid_topics(self.listed.get((g, layout, name)), root(g), read.problems):
                         path = parent(g, topic)
                         burst.add("children", path, _partitions_sink(found, topic, path, read.problems))
 
     def leaves(self, burst: _Burst) -> None:
-        """Level 3: the values (with ``values``), and the partition counts of the topics the members subscribe to."""
+        """Level 3: the owners (and offsets and resets, with ``offsets``), and the partition counts of the topics the
+        members subscribe to."""
         for g, read in self.reads.items():
             for layout, lr in read.layouts.items():
-                lr.owned.update(self.keys.get((g, layout, "owners"), []))
-                if not self.values:
-                    continue
                 t = _TREES[layout]
+                lr.owned.update(self.keys.get((g, layout, "owners"), []))
                 for tp in self.keys.get((g, layout, "owners"), []):
                     path = t.owner(g, *tp)
                     burst.add("get", path, _value_sink(lr.owners, tp, decode_owner, path, read.problems))
@@ -280,13 +280,13 @@ class _Reader:
 # --- decoding -------------------------------------------------------------------------------------------------------
 
 
-def _dirs(layout: Layout, values: bool) -> dict[str, tuple[Callable[[str], str], Callable[[str, str], str]]]:
+def _dirs(layout: Layout, offsets: bool) -> dict[str, tuple[Callable[[str], str], Callable[[str, str], str]]]:
     """The topic directories to read of ``layout``: name -> (its root, a topic's directory under it)."""
     t = _TREES[layout]
     out = {"owners": (t.owners_root, t.owners)}
-    if values:
+    if offsets:
         out["offsets"] = (t.offsets_root, t.offsets)
-    if values and layout is Layout.COORDINATOR:
+    if offsets and layout is Layout.COORDINATOR:
         out["resets"] = (paths.resets_root, paths.resets)
     return out
 

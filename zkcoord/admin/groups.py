@@ -10,8 +10,8 @@ protocol mix and the migration's progress.  :func:`list_groups` summarises every
 Contract:
 
 - Nothing is written, neither to ZooKeeper nor to disk.
-- ZooKeeper reads are pipelined, one round trip per level of the trees for all groups at once (four for a
-  description or a listing); failures are the project's typed errors.  A znode deleted between two levels is
+- ZooKeeper reads are pipelined, one round trip per level of the trees for all groups at once (three for a
+  description, four for a listing); failures are the project's typed errors.  A znode deleted between two levels is
   skipped: the view is a best-effort snapshot of a tree that changes while it is read.
 - Bad data (S7): a malformed member, state, owner, offset or topic znode, a child that is not a valid topic name or
   partition number, or an unreadable partition log never fails the call; each is described, path and reason, in the
@@ -209,10 +209,12 @@ class GroupSummary:
     problems: tuple[str, ...] = ()
     protocols: dict[str, int] = field(default_factory=dict)
     layouts: tuple[str, ...] = ()
+    ownership_problems: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**plain, "state": self.state.value, "problems": list(self.problems), "layouts": list(self.layouts)}
+        lists = {name: list(getattr(self, name)) for name in ("problems", "layouts", "ownership_problems")}
+        return {**plain, **lists, "state": self.state.value}
 
 
 # --- describe -------------------------------------------------------------------------------------------------------
@@ -226,40 +228,50 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     :raises ZkError: (typed subclasses) ZooKeeper failed; nothing else about the group's data raises.
     """
     validate_group(group)
-    read = read_groups(zk, [group], values=True)[group]
+    read = read_groups(zk, [group], offsets=True)[group]
     if not read.exists:
         raise GroupNotFoundError(group)
+    m = _Merged(read)
     problems = read.problems
-    members = merge_members(read)
-    persisted = read.layout(Layout.COORDINATOR).state
-    claims_0_8 = any(m.protocol.claims_0_8 for m in members.values())
-    coordinated = any(m.in_layout(Layout.COORDINATOR) is not None for m in members.values())
-    missing = unclaimed(read, members)
-    keys = _partition_keys(read)
-    owned = [ownership(key, read, members, claims_0_8, coordinated) for key in keys]
     resets = read.layout(Layout.COORDINATOR).resets
     partitions = tuple(
         _partition_view(key, o, data_dir=data_dir, problems=problems, last_reset=resets.get(key))
-        for key, o in zip(keys, owned, strict=True)
+        for key, o in zip(m.keys, m.owned, strict=True)
     )
-    alarms = [text for o in owned for kind, text in o.problems if kind in OWNERSHIP]
-    problems.extend(_member_problems(members))
-    problems.extend(alarms)
-    views = with_counts(members, owned)
+    problems.extend(_member_problems(m.members))
+    problems.extend(m.alarms)
     return GroupDescription(
         group=group,
-        state=derive_status(members, persisted, len(missing)),
-        persisted=persisted,
-        members=views,
+        state=m.status,
+        persisted=m.persisted,
+        members=m.views,
         partitions=partitions,
-        membership_changed=membership_changed(members, persisted),
+        membership_changed=membership_changed(m.members, m.persisted),
         problems=tuple(problems),
-        layouts=tuple(lay.value for lay, lr in read.layouts.items() if lr.exists),
-        protocols=protocol_mix(views),
-        migration=migration(views, persisted),
-        unclaimed=tuple(missing),
-        ownership_problems=tuple(alarms),
+        layouts=m.layouts,
+        protocols=protocol_mix(m.views),
+        migration=migration(m.views, m.persisted),
+        unclaimed=tuple(m.unclaimed),
+        ownership_problems=m.alarms,
     )
+
+
+class _Merged:
+    """The merge of one group's read (:mod:`~zkcoord.admin.group_merge`), shared by describe and list."""
+
+    def __init__(self, read: GroupRead) -> None:
+        self.members = merge_members(read)
+        self.persisted = read.layout(Layout.COORDINATOR).state
+        claims_0_8 = any(m.protocol.claims_0_8 for m in self.members.values())
+        coordinated = any(m.in_layout(Layout.COORDINATOR) is not None for m in self.members.values())
+        self.unclaimed = unclaimed(read, self.members)
+        self.keys = _partition_keys(read)
+        self.owned = [ownership(key, read, self.members, claims_0_8, coordinated) for key in self.keys]
+        self.alarms = tuple(text for o in self.owned for kind, text in o.problems if kind in OWNERSHIP)
+        self.views = with_counts(self.members, self.owned)
+        pending = sum(o.pending is not None for o in self.owned)
+        self.status = derive_status(self.members, self.persisted, len(self.unclaimed), pending)
+        self.layouts = tuple(lay.value for lay, lr in read.layouts.items() if lr.exists)
 
 
 def _partition_keys(read: GroupRead) -> list[Key]:
@@ -338,13 +350,14 @@ def _partition_view(
 def list_groups(zk: ZkClient) -> list[GroupSummary]:
     """Summarise every group of either layout, sorted by name (module docstring: four pipelined round trips).
 
-    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``), registration or topic, or a child
-    whose name is not a legal group name, is reported in that summary's ``problems``, never raised.
+    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``), registration, owner or topic, a child
+    whose name is not a legal group name, or an ownership problem, is reported in that summary's ``problems``
+    (ownership problems also in ``ownership_problems``), never raised.  Committed offsets are not read.
 
     :raises ZkError: (typed subclasses) ZooKeeper failed.
     """
     names = group_names(zk)
-    reads = read_groups(zk, names, values=False)
+    reads = read_groups(zk, names, offsets=False)
     summaries = []
     for name in names:
         read = reads[name]
@@ -356,17 +369,17 @@ def list_groups(zk: ZkClient) -> list[GroupSummary]:
         except InvalidNameError as e:
             where = paths.group(name) if read.layout(Layout.COORDINATOR).exists else f"{paths.CONSUMERS}/{name}"
             problems.append(f"{where}: {e}")
-        members = merge_members(read)
-        state = read.layout(Layout.COORDINATOR).state
+        m = _Merged(read)
         summaries.append(
             GroupSummary(
                 group=name,
-                members=len(members),
-                state=derive_status(members, state, len(unclaimed(read, members))),
-                generation=state.generation if state else None,
-                problems=(*problems, *read.problems),
-                protocols=protocol_mix(members),
-                layouts=tuple(lay.value for lay, lr in read.layouts.items() if lr.exists),
+                members=len(m.members),
+                state=m.status,
+                generation=m.persisted.generation if m.persisted else None,
+                problems=(*problems, *read.problems, *m.alarms),
+                protocols=protocol_mix(m.views),
+                layouts=m.layouts,
+                ownership_problems=m.alarms,
             )
         )
     return summaries

@@ -64,22 +64,40 @@ def _plural(n: int, word: str) -> str:
 
 @group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help=f"Exit {CHECK_FAILED} if a partition of any group is owned in both layouts at once or by a member that is "
+    "gone.",
+)
 @zk_options
-def list_(as_json: bool, zk: str, session_timeout: float) -> None:
+def list_(as_json: bool, check: bool, zk: str, session_timeout: float) -> None:
     """List the groups of every layout (the coordinator's and Kafka 0.8's) with their member count, the protocols
     their members speak, state and generation."""
     with ZkClient(zk_config(zk, session_timeout), name="group-list") as client:
         summaries = read_groups(client)
     if as_json:
         echo_json({"groups": [s.to_json() for s in summaries]})
-        return
-    _table(
-        ["GROUP", "MEMBERS", "PROTOCOLS", "STATE", "GENERATION"],
-        [[s.group, str(s.members), _mix(s.protocols) or "-", s.state.value, _dash(s.generation)] for s in summaries],
-    )
-    for s in summaries:
-        for problem in s.problems:
-            click.echo(f"warning: {problem}", err=True)
+    else:
+        _table(
+            ["GROUP", "MEMBERS", "PROTOCOLS", "STATE", "GENERATION"],
+            [
+                [s.group, str(s.members), _mix(s.protocols) or "-", s.state.value, _dash(s.generation)]
+                for s in summaries
+            ],
+            red=[bool(s.ownership_problems) for s in summaries],
+        )
+        for s in summaries:
+            _warn(s.problems, s.ownership_problems)
+    if check and any(s.ownership_problems for s in summaries):
+        raise SystemExit(CHECK_FAILED)
+
+
+def _warn(problems: Sequence[str], alarms: Sequence[str]) -> None:
+    """One ``warning:`` line per problem on stderr, the ownership problems (``alarms``) in red."""
+    for problem in problems:
+        line = f"warning: {problem}"
+        click.echo(click.style(line, fg="red") if problem in alarms else line, err=True)
 
 
 def _mix(protocols: dict[str, int]) -> str:
@@ -96,8 +114,11 @@ def _header(d: GroupDescription) -> list[str]:
     coordinated = any(m.in_layout(Layout.COORDINATOR) is not None for m in d.members)
     if d.state is GroupStatus.REBALANCING and st is not None and st.phase in (GroupPhase.STOPPING, GroupPhase.STARTING):
         state += f" (phase {st.phase.value}, attempt {st.attempt})"
-    elif d.state is GroupStatus.REBALANCING and d.unclaimed:
-        state += f" ({_plural(len(d.unclaimed), 'partition')} without a Kafka 0.8 owner znode)"
+    elif d.state is GroupStatus.REBALANCING:
+        waiting = sum(p.pending is not None for p in d.partitions)
+        why = [f"{_plural(len(d.unclaimed), 'partition')} without a Kafka 0.8 owner znode"] if d.unclaimed else []
+        why += [f"{_plural(waiting, 'partition')} waiting for a migrating member's claim"] if waiting else []
+        state += f" ({'; '.join(why)})"
     if st is None and d.layouts == (Layout.ZK_CLIENT.value,):
         lines = [f"group {d.group}: {state}, {count} (Kafka 0.8's layout only: no coordinator state)"]
     elif st is None:
@@ -266,10 +287,7 @@ def describe(
         echo_json(_json(description, section, views, problems))
     else:
         _print_description(description, config_lines(name, section), views)
-        alarms = set(description.ownership_problems)
-        for problem in problems:
-            line = f"warning: {problem}"
-            click.echo(click.style(line, fg="red") if problem in alarms else line, err=True)
+        _warn(problems, description.ownership_problems)
     if check and description.ownership_problems:
         raise SystemExit(CHECK_FAILED)
 
