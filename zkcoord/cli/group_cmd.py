@@ -195,6 +195,8 @@ def _note(p: PartitionView) -> str:
 
 def _partition_row(p: PartitionView) -> list[str]:
     owner = "-" if p.owner is None else p.owner if p.owner_live else f"{p.owner} (gone)"
+    if p.owner is None and p.pending is None and None in p.owners.values():
+        owner = "(unreadable)"  # an owner znode holds it, whose value cannot be decoded
     lag = _dash(p.lag) + ("*" if p.lag_from == "log_start" else "")
     return [p.topic, str(p.partition), owner, _dash(p.protocol), _dash(p.committed), _dash(p.log_end), lag]
 
