@@ -196,7 +196,6 @@ def test_list(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
         "problems": [],
         "protocols": {"eager": 2},
         "layouts": ["coordinator"],
-        "ownership_problems": [],
     }
 
 

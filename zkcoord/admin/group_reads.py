@@ -109,8 +109,9 @@ class LayoutRead:
     """What one layout holds of a group.
 
     ``owned``: partitions with an owner znode (readable or not); ``owners``: their decoded values (``None``:
-    unreadable).  ``offsets``: committed offsets (``None``: unreadable; read for a description only).  ``state`` and
-    ``resets`` exist in the coordinator's layout only (``state`` ``None``: absent or unreadable).
+    unreadable; not read in a listing of a group that does not claim 0.8 owner znodes).  ``offsets``: committed
+    offsets (``None``: unreadable; read for a description only).  ``state`` and ``resets`` exist in the
+    coordinator's layout only (``state`` ``None``: absent or unreadable).
     """
 
     layout: Layout
@@ -191,8 +192,10 @@ def _read_all(zk: ZkClient, ops: Sequence[tuple[ReadKind, str]]) -> list[Any]:
 def read_groups(zk: ZkClient, groups: Iterable[str], *, offsets: bool) -> dict[str, GroupRead]:
     """Read ``groups`` in every layout they can live in (module docstring has the contract).
 
-    Always the registrations, the state, the owner znodes and the partition counts; with ``offsets`` (a
-    description) also the committed offsets and the reset records.
+    Always the registrations, the state, which partitions have owner znodes and the partition counts; with
+    ``offsets`` (a description) also the owners' values, the committed offsets and the reset records.  Without, the
+    owners' values of a group whose members claim Kafka 0.8 owner znodes (:func:`claims_0_8`) are read all the same
+    (its state depends on them: a migrating member may wait for one), the others' not (a listing stays cheap).
     :raises ZkError: (typed subclasses) ZooKeeper failed; nothing about the groups' data raises.
     """
     reader = _Reader(groups, offsets)
@@ -255,6 +258,8 @@ class _Reader:
             for layout, lr in read.layouts.items():
                 t = _TREES[layout]
                 lr.owned.update(self.keys.get((g, layout, "owners"), []))
+                if not (self.offsets or claims_0_8(read)):
+                    continue  # a listing reads a coordinator group's owners no further than their existence
                 for tp in self.keys.get((g, layout, "owners"), []):
                     path = t.owner(g, *tp)
                     burst.add("get", path, _value_sink(lr.owners, tp, decode_owner, path, read.problems))
@@ -356,6 +361,14 @@ def _valid_partitions(names: list[str] | None, parent: str, problems: list[str])
         else:
             problems.append(f"ignored {parent}/{name}: not a partition number")
     return sorted(valid)
+
+
+def claims_0_8(read: GroupRead) -> bool:
+    """Whether some member of ``read`` claims Kafka 0.8 owner znodes: every such member (zk-client, or migrating,
+    which registers there first) is in 0.8's registry, and a migrating one says so in its registrations."""
+    coordinator = read.layout(Layout.COORDINATOR).members.values()
+    migrating = any(r.registration is not None and r.registration.migrating for r in coordinator)
+    return bool(read.layout(Layout.ZK_CLIENT).members) or migrating
 
 
 def covers(registration: MemberRegistration, topic: str) -> bool:

@@ -209,12 +209,10 @@ class GroupSummary:
     problems: tuple[str, ...] = ()
     protocols: dict[str, int] = field(default_factory=dict)
     layouts: tuple[str, ...] = ()
-    ownership_problems: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        lists = {name: list(getattr(self, name)) for name in ("problems", "layouts", "ownership_problems")}
-        return {**plain, **lists, "state": self.state.value}
+        return {**plain, "state": self.state.value, "problems": list(self.problems), "layouts": list(self.layouts)}
 
 
 # --- describe -------------------------------------------------------------------------------------------------------
@@ -350,9 +348,10 @@ def _partition_view(
 def list_groups(zk: ZkClient) -> list[GroupSummary]:
     """Summarise every group of either layout, sorted by name (module docstring: four pipelined round trips).
 
-    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``), registration, owner or topic, a child
-    whose name is not a legal group name, or an ownership problem, is reported in that summary's ``problems``
-    (ownership problems also in ``ownership_problems``), never raised.  Committed offsets are not read.
+    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``), registration, owner or topic, or a
+    child whose name is not a legal group name, is reported in that summary's ``problems``, never raised.  A listing
+    reads no committed offset, and the owner znodes' values only of groups whose members claim Kafka 0.8 owner znodes
+    (their state depends on them), so it checks no ownership: :func:`describe_group` does.
 
     :raises ZkError: (typed subclasses) ZooKeeper failed.
     """
@@ -376,10 +375,9 @@ def list_groups(zk: ZkClient) -> list[GroupSummary]:
                 members=len(m.members),
                 state=m.status,
                 generation=m.persisted.generation if m.persisted else None,
-                problems=(*problems, *read.problems, *m.alarms),
+                problems=(*problems, *read.problems),
                 protocols=protocol_mix(m.views),
                 layouts=m.layouts,
-                ownership_problems=m.alarms,
             )
         )
     return summaries

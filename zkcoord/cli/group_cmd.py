@@ -64,33 +64,21 @@ def _plural(n: int, word: str) -> str:
 
 @group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option(
-    "--check",
-    is_flag=True,
-    help=f"Exit {CHECK_FAILED} if a partition of any group is owned in both layouts at once or by a member that is "
-    "gone.",
-)
 @zk_options
-def list_(as_json: bool, check: bool, zk: str, session_timeout: float) -> None:
+def list_(as_json: bool, zk: str, session_timeout: float) -> None:
     """List the groups of every layout (the coordinator's and Kafka 0.8's) with their member count, the protocols
-    their members speak, state and generation."""
+    their members speak, state and generation.  Ownership is checked by `group describe --check`."""
     with ZkClient(zk_config(zk, session_timeout), name="group-list") as client:
         summaries = read_groups(client)
     if as_json:
         echo_json({"groups": [s.to_json() for s in summaries]})
-    else:
-        _table(
-            ["GROUP", "MEMBERS", "PROTOCOLS", "STATE", "GENERATION"],
-            [
-                [s.group, str(s.members), _mix(s.protocols) or "-", s.state.value, _dash(s.generation)]
-                for s in summaries
-            ],
-            red=[bool(s.ownership_problems) for s in summaries],
-        )
-        for s in summaries:
-            _warn(s.problems, s.ownership_problems)
-    if check and any(s.ownership_problems for s in summaries):
-        raise SystemExit(CHECK_FAILED)
+        return
+    _table(
+        ["GROUP", "MEMBERS", "PROTOCOLS", "STATE", "GENERATION"],
+        [[s.group, str(s.members), _mix(s.protocols) or "-", s.state.value, _dash(s.generation)] for s in summaries],
+    )
+    for s in summaries:
+        _warn(s.problems, ())
 
 
 def _warn(problems: Sequence[str], alarms: Sequence[str]) -> None:
