@@ -216,3 +216,24 @@ def test_a_live_zk_client_group_damaged_while_it_rebalances(run: Run) -> None:
         proc.signal(signal.SIGTERM)
     for proc in procs:
         assert proc.wait(20) == 0
+
+
+def test_a_coordinator_owner_that_left_beside_a_live_0_8_owner_is_gone_not_double(
+    zk: ZkClient, zk_hosts: str, tmp_path: Path
+) -> None:
+    """The coordinator's registry still names a consumer that left (registered nowhere) while a zk-client member
+    holds the partition's 0.8 owner znode: the 0.8 owner counts, the stale name is an ownership problem of its own
+    (gone), not a double owner."""
+    logs(tmp_path)
+    zk.create(legacy_paths.member("old", A), registration(), makepath=True)
+    zk.create(legacy_paths.owner("old", "orders", 0), f"{A}-0".encode(), makepath=True)
+    zk.create(paths.owner("old", "orders", 0), f"{GONE}-0".encode(), makepath=True)
+    d = describe_group(zk, "old", tmp_path)
+    row = d.partitions[0]
+    assert (row.owner, row.owner_live, row.protocol, row.ownership) == (f"{A}-0", True, "zk-client", ("owner gone",))
+    assert len(d.ownership_problems) == 1 and f"{GONE}-0" in d.ownership_problems[0]
+    result = cli("describe", "old", "--offsets", "--check", "--zk", zk_hosts, "--data-dir", str(tmp_path))
+    assert result.exit_code == 2
+    first = result.stdout.splitlines()[1].split()
+    assert first[:3] == ["orders", "0", f"{A}-0"] and first[-3:] == ["registry:", f"{GONE}-0", "(gone)"], first
+    assert "DOUBLE" not in result.stdout

@@ -95,7 +95,8 @@ class PartitionView:
     ``owners`` and ``offsets`` hold each layout's znode by layout name (value ``None``: unreadable).  ``committed``
     is the offset that counts (``committed_from``: the layout it is from), ``None`` when absent or unreadable.
     ``log_start``/``log_end`` are ``None`` when the log cannot be read.  ``lag_from`` says what ``lag`` is counted
-    from (``None`` with no lag).
+    from (``None`` with no lag).  ``problems`` are its ownership problems, ``ownership`` their kinds
+    (:data:`~zkcoord.admin.group_merge.DOUBLE_OWNER`, :data:`~zkcoord.admin.group_merge.GONE_OWNER`).
     """
 
     topic: str
@@ -116,10 +117,11 @@ class PartitionView:
     offsets: dict[str, int | None] = field(default_factory=dict)
     committed_from: str | None = None
     problems: tuple[str, ...] = ()
+    ownership: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["problems"] = list(self.problems)
+        out["problems"], out["ownership"] = list(self.problems), list(self.ownership)
         if self.last_reset is not None:
             reset = self.last_reset
             out["last_reset"] = {
@@ -339,6 +341,7 @@ def _partition_view(
         offsets={lay.value: v for lay, v in o.offsets.items()},
         committed_from=None if o.committed_from is None else o.committed_from.value,
         problems=tuple(text for _kind, text in o.problems),
+        ownership=tuple(kind for kind, _text in o.problems),
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from zkcoord.admin.group_config import read_config
+from zkcoord.admin.group_merge import DOUBLE_OWNER
 from zkcoord.admin.group_reads import Layout
 from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, PartitionView, describe_group
 from zkcoord.admin.groups import list_groups as read_groups
@@ -107,8 +108,10 @@ def _header(d: GroupDescription) -> list[str]:
         why = [f"{_plural(len(d.unclaimed), 'partition')} without a Kafka 0.8 owner znode"] if d.unclaimed else []
         why += [f"{_plural(waiting, 'partition')} waiting for a migrating member's claim"] if waiting else []
         state += f" ({'; '.join(why)})"
-    if st is None and d.layouts == (Layout.ZK_CLIENT.value,):
-        lines = [f"group {d.group}: {state}, {count} (Kafka 0.8's layout only: no coordinator state)"]
+    only_0_8 = d.layouts == (Layout.ZK_CLIENT.value,)
+    if st is None and not coordinated and (d.members or only_0_8):
+        where = "Kafka 0.8's layout only" if only_0_8 else "no member of the coordinator's"
+        lines = [f"group {d.group}: {state}, {count} ({where}: no coordinator state)"]
     elif st is None:
         lines = [f"group {d.group}: {state} (no rebalance state: never rebalanced), {count}"]
     else:
@@ -176,8 +179,10 @@ def _note(p: PartitionView) -> str:
         wait = "waits for the 0.8 owner to let go" if p.owner else "not claimed in Kafka 0.8's layout yet"
         notes.append(f"assigned to {p.pending}: {wait}")
     theirs = p.owners.get(Layout.COORDINATOR.value)
-    if theirs is not None and theirs not in (p.owner, p.pending):
-        notes.append(f"{'DOUBLE OWNER: ' if p.problems and p.owner_live else ''}coordinator's registry: {theirs}")
+    if theirs is not None and DOUBLE_OWNER in p.ownership:
+        notes.append(f"DOUBLE OWNER: coordinator's registry: {theirs}")
+    elif theirs is not None and theirs not in (p.owner, p.pending):
+        notes.append(f"coordinator's registry: {theirs} (gone)")  # neither the owner nor waiting: registered nowhere
     return "; ".join(notes)
 
 
