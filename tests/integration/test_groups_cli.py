@@ -240,7 +240,7 @@ def test_empty_unknown_and_departed_members(zk: ZkClient, zk_hosts: str, tmp_pat
     gone = f"orders-2 is owned by {C2}-0 (the coordinator's registry), whose consumer is registered nowhere"
     assert d.partitions == (
         *EXPECTED[:3],
-        dataclasses.replace(EXPECTED[3], owner_live=False, protocol=None, problems=(gone,)),
+        dataclasses.replace(EXPECTED[3], owner_live=False, protocol=None, problems=(gone,), ownership=("owner gone",)),
     )
     assert d.ownership_problems == (gone,) and gone in d.problems
     out = cli("describe", G, "--zk", zk_hosts, "--data-dir", str(tmp_path)).stdout
