@@ -104,7 +104,7 @@ def _header(d: GroupDescription) -> list[str]:
     if d.state is GroupStatus.REBALANCING and st is not None and st.phase in (GroupPhase.STOPPING, GroupPhase.STARTING):
         state += f" (phase {st.phase.value}, attempt {st.attempt})"
     elif d.state is GroupStatus.REBALANCING:
-        waiting = sum(p.pending is not None for p in d.partitions)
+        waiting = sum(p.pending is not None and p.owner is not None for p in d.partitions)  # the rest: unclaimed
         why = [f"{_plural(len(d.unclaimed), 'partition')} without a Kafka 0.8 owner znode"] if d.unclaimed else []
         why += [f"{_plural(waiting, 'partition')} waiting for a migrating member's claim"] if waiting else []
         state += f" ({'; '.join(why)})"
