@@ -44,11 +44,36 @@ C2 = "g1_hostB-1763740800001-5e6f7a8b"
 LOG_ENDS = {("orders", 0): 5, ("orders", 1): 10, ("orders", 2): 4, ("clicks", 0): 2}
 OWNERS = {("orders", 0): f"{C1}-0", ("orders", 1): f"{C1}-1", ("orders", 2): f"{C2}-0"}
 COMMITTED = {("orders", 0): 3, ("orders", 1): 10, ("clicks", 0): 1}
+
+
+def view(
+    topic: str, p: int, owner: str | None, committed: int | None, end: int, lag: int, **kw: object
+) -> PartitionView:
+    """The view of a partition of g1, whose members are eager coordinator members and whose logs start at 0."""
+    return PartitionView(
+        topic,
+        p,
+        owner,
+        owner is not None,
+        committed,
+        0,
+        end,
+        lag,
+        "committed" if committed is not None else "log_start",
+        high_water=end,
+        protocol=None if owner is None else "eager",
+        owners={} if owner is None else {"coordinator": owner},
+        offsets={} if committed is None else {"coordinator": committed},
+        committed_from=None if committed is None else "coordinator",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 EXPECTED = (
-    PartitionView("clicks", 0, None, False, 1, 0, 2, 1, "committed", high_water=2),
-    PartitionView("orders", 0, f"{C1}-0", True, 3, 0, 5, 2, "committed", high_water=5),
-    PartitionView("orders", 1, f"{C1}-1", True, 10, 0, 10, 0, "committed", high_water=10),
-    PartitionView("orders", 2, f"{C2}-0", True, None, 0, 4, 4, "log_start", high_water=4),
+    view("clicks", 0, None, 1, 2, 1),
+    view("orders", 0, f"{C1}-0", 3, 5, 2),
+    view("orders", 1, f"{C1}-1", 10, 10, 0),
+    view("orders", 2, f"{C2}-0", None, 4, 4),
 )
 
 
@@ -124,16 +149,17 @@ def test_cli_describe_human_and_json(zk: ZkClient, zk_hosts: str, tmp_path: Path
     assert lines[0].startswith("group g1: stable, generation 3, coordinator epoch 7, 2 members, updated 2025-")
     members = lines[lines.index(next(ln for ln in lines if ln.startswith("CONSUMER-ID"))) + 1 :][:2]
     assert [m.split() for m in members] == [
-        [C1, "static", "orders:2", "2", "2"],
-        [C2, "static", "clicks:1,orders:1", "2", "1"],
+        [C1, "hostA", "eager", "member", "static", "orders:2", "2", "2"],
+        [C2, "hostB", "eager", "member", "static", "clicks:1,orders:1", "2", "1"],
     ]
     table = lines.index(next(ln for ln in lines if ln.startswith("TOPIC")))
-    assert lines[table].split() == ["TOPIC", "PARTITION", "OWNER", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    headers = ["TOPIC", "PARTITION", "OWNER", "PROTOCOL", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    assert lines[table].split() == headers
     assert [ln.split() for ln in lines[table + 1 : table + 5]] == [
-        ["clicks", "0", "-", "1", "2", "1"],
-        ["orders", "0", f"{C1}-0", "3", "5", "2"],
-        ["orders", "1", f"{C1}-1", "10", "10", "0"],
-        ["orders", "2", f"{C2}-0", "-", "4", "4*"],
+        ["clicks", "0", "-", "-", "1", "2", "1"],
+        ["orders", "0", f"{C1}-0", "eager", "3", "5", "2"],
+        ["orders", "1", f"{C1}-1", "eager", "10", "10", "0"],
+        ["orders", "2", f"{C2}-0", "eager", "-", "4", "4*"],
     ]
     assert lines[table + 5] == "* no committed offset: lag counted from the log start"
     assert result.stderr == ""
@@ -157,10 +183,10 @@ def test_list(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
     ]
     human = cli("list", "--zk", zk_hosts)
     assert [ln.split() for ln in human.stdout.splitlines()] == [
-        ["GROUP", "MEMBERS", "STATE", "GENERATION"],
-        ["fresh", "1", "unknown", "-"],
-        [G, "2", "stable", "3"],
-        ["idle", "0", "empty", "-"],
+        ["GROUP", "MEMBERS", "PROTOCOLS", "STATE", "GENERATION"],
+        ["fresh", "1", "eager:1", "unknown", "-"],
+        [G, "2", "eager:2", "stable", "3"],
+        ["idle", "0", "-", "empty", "-"],
     ]
     assert json.loads(cli("list", "--json", "--zk", zk_hosts).stdout)["groups"][1] == {
         "group": G,
@@ -168,6 +194,8 @@ def test_list(zk: ZkClient, zk_hosts: str, tmp_path: Path) -> None:
         "state": "stable",
         "generation": 3,
         "problems": [],
+        "protocols": {"eager": 2},
+        "layouts": ["coordinator"],
     }
 
 
@@ -209,7 +237,12 @@ def test_empty_unknown_and_departed_members(zk: ZkClient, zk_hosts: str, tmp_pat
     zk.delete(paths.group_state(G))
     d = describe_group(zk, G, tmp_path)
     assert (d.state, d.generation) == (GroupStatus.UNKNOWN, None)
-    assert d.partitions == (*EXPECTED[:3], dataclasses.replace(EXPECTED[3], owner_live=False))
+    gone = f"orders-2 is owned by {C2}-0 (the coordinator's registry), whose consumer is registered nowhere"
+    assert d.partitions == (
+        *EXPECTED[:3],
+        dataclasses.replace(EXPECTED[3], owner_live=False, protocol=None, problems=(gone,), ownership=("owner gone",)),
+    )
+    assert d.ownership_problems == (gone,) and gone in d.problems
     out = cli("describe", G, "--zk", zk_hosts, "--data-dir", str(tmp_path)).stdout
     assert out.startswith("group g1: unknown (no rebalance state: never rebalanced), 1 member\n")
 
@@ -222,7 +255,9 @@ def test_malformed_znodes_are_problems_not_failures(zk: ZkClient, zk_hosts: str,
     zk.create(paths.offset(G, "orders", 0).rsplit("/", 1)[0] + "/x", b"1")  # not a partition number
     d = describe_group(zk, G, tmp_path)
     assert [m.registration is None for m in d.members] == [True, False, False]  # g1_evil sorts first
-    assert d.partitions[1] == PartitionView("orders", 0, f"{C1}-0", True, None, 0, 5, None, None, high_water=5)
+    assert d.partitions[1] == dataclasses.replace(
+        EXPECTED[1], committed=None, lag=None, lag_from=None, offsets={"coordinator": None}, committed_from=None
+    )
     assert d.partitions[2:] == EXPECTED[2:]
     assert len(d.problems) == 3
     assert any(bad_member in p and "not JSON" in p for p in d.problems)
@@ -233,15 +268,16 @@ def test_malformed_znodes_are_problems_not_failures(zk: ZkClient, zk_hosts: str,
     run = _run_group("describe", G, "--zk", zk_hosts, "--data-dir", str(tmp_path))
     assert run.returncode == 0, run.stderr
     rows = [ln.split() for ln in run.stdout.splitlines()]
-    assert ["g1_evil-1-deadbeef", "?", "(unreadable)", "-", "0"] in rows
-    assert ["orders", "0", f"{C1}-0", "-", "5", "-"] in rows
+    assert ["g1_evil-1-deadbeef", "evil", "unknown", "-", "?", "(unreadable)", "-", "0"] in rows
+    assert ["orders", "0", f"{C1}-0", "eager", "-", "5", "-"] in rows
     warnings = run.stderr.splitlines()
     assert len(warnings) == 3 and all(w.startswith("warning: ") for w in warnings)
 
     zk.set(paths.group_state(G), b'{"version":2}')
     d = describe_group(zk, G, tmp_path)
     assert d.state is GroupStatus.UNKNOWN and any("unsupported version 2" in p for p in d.problems)
-    assert list_groups(zk)[0].problems == (d.problems[0],)
+    # list reads the state and the registrations (not the offsets): it reports what it read
+    assert list_groups(zk)[0].problems == (d.problems[0], next(p for p in d.problems if bad_member in p))
 
 
 def _run_group(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,59 +1,82 @@
-"""Read-only views of consumer groups (``/consumers/groups/<g>``), in the spirit of ``kafka-consumer-groups.sh``.
+"""Read-only views of consumer groups, whatever protocol their members speak, like ``kafka-consumer-groups.sh``.
 
-:func:`describe_group` reads one group: its members (``ids/<consumerId>``, with each registration znode's ``czxid``
-and ``ctime``), its persisted rebalance state (``state``), the ownership registry (``owners/<t>/<p>``), the committed
-offsets (``offsets/<t>/<p>``) and, for every owned or committed partition, the partition log's start and end
-offsets, from which it computes the lag.  :func:`list_groups` summarises every group.
+A group lives in the coordinator's tree (``/consumers/groups/<g>``), in Kafka 0.8's (``/consumers/<g>``: zk-client
+members, and migrating ones beside them), or in both during a migration.  :func:`describe_group` reads both
+(:mod:`zkcoord.admin.group_reads`) and merges them into one view (:mod:`zkcoord.admin.group_merge` has the rules):
+per member its protocol and how the coordinator's state counts it; per partition its owner from whichever layout
+holds it, the committed offset that counts, the partition log's start and end offsets and the lag; the group's
+protocol mix and the migration's progress.  :func:`list_groups` summarises every group of either tree.
 
 Contract:
 
 - Nothing is written, neither to ZooKeeper nor to disk.
-- ZooKeeper reads are pipelined (:meth:`zkcoord.zk.ZkClient.read_many`), one round trip per level of the tree (three
-  for a description, two for a listing); failures are the project's typed errors.  A znode deleted between listing
-  and reading is skipped: the view is a best-effort snapshot of a tree that changes while it is read.
-- Bad data (S7): a malformed member, state, owner or offset znode, a child that is not a valid topic name or
+- ZooKeeper reads are pipelined, one round trip per level of the trees for all groups at once (three for a
+  description, four for a listing); failures are the project's typed errors.  A znode deleted between two levels is
+  skipped: the view is a best-effort snapshot of a tree that changes while it is read.
+- Bad data (S7): a malformed member, state, owner, offset or topic znode, a child that is not a valid topic name or
   partition number, or an unreadable partition log never fails the call; each is described, path and reason, in the
-  result's ``problems`` and the rest is reported as usual.
+  result's ``problems`` and the rest is reported as usual.  So is an ownership problem (a partition owned in both
+  layouts at once, or by a consumer registered nowhere), which is also in ``ownership_problems``.
+- The partitions shown are those owned, committed or subscribed to (every partition of every topic a member's
+  registration covers).
 - Lag is ``log_end - committed``.  A partition with no committed offset has lag ``log_end - log_start`` and
   ``lag_from == "log_start"`` (what a consumer starting from the beginning would have to read).  An unreadable
   committed offset or log, or a committed offset out of the log's range, gives lag ``None``.
 - ``out_of_range`` says why a committed offset lies outside ``[log start, high water]``
-(``zkcoord.protocol.offset_reset``):
-  the next consumer to fetch it applies its ``--offset-reset`` policy, or (``none``) holds it until an operator sets
-  a valid offset.  ``last_reset`` is the last such finding a consumer recorded (``resets/<t>/<p>``): where the
-  position was, where it was moved (``to`` None: held), the policy and when.
+  (``zkcoord.protocol.offset_reset``): the next consumer to fetch it applies its ``--offset-reset`` policy, or
+  (``none``) holds it until an operator sets a valid offset.  ``last_reset`` is the last such finding a consumer
+  recorded (``resets/<t>/<p>``): where the position was, where it was moved (``to`` None: held), the policy and when.
 
-The state shown to users (:class:`GroupStatus`) is derived: ``empty`` if no member is registered, else ``unknown``
-if the group never rebalanced (no readable ``state``), else ``failed``, ``rebalancing`` (phase stopping/starting) or
-``stable`` from the persisted phase.
+The state shown to users (:class:`GroupStatus`) is derived (:func:`~zkcoord.admin.group_merge.derive_status`):
+``empty`` with no member in either registry; with coordinator members, ``unknown`` if the group never rebalanced (no
+readable ``state``), else ``failed``, ``rebalancing`` (phase stopping/starting) or ``stable`` from the persisted
+phase; and while members claim Kafka 0.8 owner znodes, ``rebalancing`` until every partition they subscribe to has
+one.
 """
 
 from __future__ import annotations
 
-import posixpath
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from enum import Enum
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+from zkcoord.admin.group_merge import (
+    OWNERSHIP,
+    GroupStatus,
+    MemberView,
+    Ownership,
+    Protocol,
+    consumer_of,
+    derive_status,
+    membership_changed,
+    merge_members,
+    migration,
+    ownership,
+    protocol_mix,
+    unclaimed,
+    with_counts,
+)
+from zkcoord.admin.group_reads import GroupRead, Key, Layout, group_names, read_groups
 from zkcoord.data.partlog import PartitionReader
-from zkcoord.errors import CodecError, InvalidNameError, LogError, NoNodeError, ZkCoordError
+from zkcoord.errors import InvalidNameError, LogError, ZkCoordError
 from zkcoord.layout import paths
-from zkcoord.layout.group_state import GroupPhase, GroupState, decode_owner
-from zkcoord.layout.names import MAX_PARTITIONS, validate_group, validate_topic
-from zkcoord.layout.registrations import MemberRegistration
-from zkcoord.layout.znodes import decode_int
+from zkcoord.layout.commands import encode_ownership
+from zkcoord.layout.group_state import GroupState
+from zkcoord.layout.names import validate_group
 from zkcoord.protocol.offset_reset import ResetRecord, out_of_range
-from zkcoord.zk import ReadKind, Stat, ZkClient
+from zkcoord.zk import ZkClient
 
-#: Reads in flight at once; more are issued as earlier ones complete.
-_WINDOW = 512
-#: How long one pipelined read may take before the call fails with ZkUnavailableError.
-_READ_TIMEOUT_S = 30.0
-_PARTITION = re.compile(r"0|[1-9][0-9]{0,4}")
-T = TypeVar("T")
+__all__ = [
+    "GroupDescription",
+    "GroupNotFoundError",
+    "GroupStatus",
+    "GroupSummary",
+    "MemberView",
+    "PartitionView",
+    "consumer_of",
+    "describe_group",
+    "list_groups",
+]
 
 
 class GroupNotFoundError(ZkCoordError):
@@ -62,63 +85,18 @@ class GroupNotFoundError(ZkCoordError):
         super().__init__(f"group {group!r} does not exist")
 
 
-class GroupStatus(Enum):
-    """The group state shown to users, derived from the members and the persisted phase (module docstring)."""
-
-    STABLE = "stable"
-    REBALANCING = "rebalancing"
-    FAILED = "failed"
-    EMPTY = "empty"
-    UNKNOWN = "unknown"
-
-
-def derive_status(member_count: int, state: GroupState | None) -> GroupStatus:
-    """Pure: the user-facing state of a group with ``member_count`` registrations and persisted ``state``."""
-    if member_count == 0:
-        return GroupStatus.EMPTY
-    if state is None:
-        return GroupStatus.UNKNOWN
-    if state.phase is GroupPhase.FAILED:
-        return GroupStatus.FAILED
-    if state.phase in (GroupPhase.STOPPING, GroupPhase.STARTING):
-        return GroupStatus.REBALANCING
-    return GroupStatus.STABLE
-
-
-@dataclass(frozen=True, slots=True)
-class MemberView:
-    """One ``ids/<consumerId>`` znode.  ``registration`` is ``None`` if its data is malformed (see ``problems``)."""
-
-    consumer_id: str
-    czxid: int
-    ctime_ms: int
-    registration: MemberRegistration | None
-
-    @property
-    def threads(self) -> int:
-        """Consumer threads the member asked for (over all its topics); 0 if its registration is unreadable."""
-        return sum(self.registration.subscription.values()) if self.registration else 0
-
-    def to_json(self) -> dict[str, Any]:
-        reg = self.registration
-        return {
-            "consumer_id": self.consumer_id,
-            "czxid": self.czxid,
-            "ctime_ms": self.ctime_ms,
-            "pattern": reg.pattern.value if reg else None,
-            "subscription": dict(reg.subscription) if reg else None,
-            "timestamp_ms": reg.timestamp_ms if reg else None,
-            "threads": self.threads,
-        }
-
-
 @dataclass(frozen=True, slots=True)
 class PartitionView:
-    """One partition the group owns or has committed an offset for.
+    """One partition the group owns, has committed an offset for, or subscribes to.
 
-    ``owner`` is the owning thread id (``None``: unowned or unreadable); ``owner_live`` whether that thread's consumer
-    is a registered member.  ``committed`` is ``None`` when absent or unreadable.  ``log_start``/``log_end`` are
-    ``None`` when the log cannot be read.  ``lag_from`` says what ``lag`` is counted from (``None`` with no lag).
+    ``owner`` is the owning thread id (``None``: unowned or unreadable; :mod:`~zkcoord.admin.group_merge` says which
+    layout's owner counts); ``owner_live`` whether that thread's consumer is a registered member; ``protocol`` the
+    protocol it speaks; ``pending`` a migrating thread the coordinator gave it that waits for its 0.8 owner znode.
+    ``owners`` and ``offsets`` hold each layout's znode by layout name (value ``None``: unreadable).  ``committed``
+    is the offset that counts (``committed_from``: the layout it is from), ``None`` when absent or unreadable.
+    ``log_start``/``log_end`` are ``None`` when the log cannot be read.  ``lag_from`` says what ``lag`` is counted
+    from (``None`` with no lag).  ``problems`` are its ownership problems, ``ownership`` their kinds
+    (:data:`~zkcoord.admin.group_merge.DOUBLE_OWNER`, :data:`~zkcoord.admin.group_merge.GONE_OWNER`).
     """
 
     topic: str
@@ -133,9 +111,17 @@ class PartitionView:
     out_of_range: str | None = None
     last_reset: ResetRecord | None = None
     high_water: int | None = None
+    protocol: str | None = None
+    pending: str | None = None
+    owners: dict[str, str | None] = field(default_factory=dict)
+    offsets: dict[str, int | None] = field(default_factory=dict)
+    committed_from: str | None = None
+    problems: tuple[str, ...] = ()
+    ownership: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["problems"], out["ownership"] = list(self.problems), list(self.ownership)
         if self.last_reset is not None:
             reset = self.last_reset
             out["last_reset"] = {
@@ -153,7 +139,10 @@ class PartitionView:
 class GroupDescription:
     """Everything :func:`describe_group` found.  ``persisted`` is the decoded ``state`` znode (``None``: absent or
     malformed); ``membership_changed`` is true when the registered members (by id and ``czxid``) differ from those of
-    the persisted generation, i.e. a rebalance is due or under way."""
+    the persisted generation, i.e. a rebalance is due or under way.  ``layouts``: the trees the group exists in.
+    ``protocols``: members per protocol; ``migration``: its progress (``None``: no 0.8 side); ``unclaimed``: the
+    partitions 0.8-claiming members subscribe to without a 0.8 owner znode.  ``problems`` holds every problem,
+    ``ownership_problems`` those of them ``--check`` fails on."""
 
     group: str
     state: GroupStatus
@@ -162,17 +151,27 @@ class GroupDescription:
     partitions: tuple[PartitionView, ...]
     membership_changed: bool
     problems: tuple[str, ...]
+    layouts: tuple[str, ...] = ()
+    protocols: dict[str, int] = field(default_factory=dict)
+    migration: dict[str, Any] | None = None
+    unclaimed: tuple[Key, ...] = ()
+    ownership_problems: tuple[str, ...] = ()
 
     @property
     def generation(self) -> int | None:
         return self.persisted.generation if self.persisted else None
 
-    def to_json(self) -> dict[str, Any]:
+    def state_json(self) -> dict[str, Any]:
+        """The ``--state`` part of :meth:`to_json`."""
         st = self.persisted
         return {
             "group": self.group,
             "state": self.state.value,
             "generation": self.generation,
+            "layouts": list(self.layouts),
+            "protocols": dict(self.protocols),
+            "migration": self.migration,
+            "unclaimed": [{"topic": t, "partition": p} for t, p in self.unclaimed],
             "persisted_state": None
             if st is None
             else {
@@ -183,11 +182,21 @@ class GroupDescription:
                 "attempt": st.attempt,
                 "error": st.error,
                 "updated_ms": st.updated_ms,
+                "sent": st.sent,
+                "members": dict(sorted(st.members.items())),
+                "legacy": dict(sorted(st.legacy.items())),
+                "target": encode_ownership(st.target),
             },
             "membership_changed": self.membership_changed,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.state_json(),
             "members": [m.to_json() for m in self.members],
             "partitions": [p.to_json() for p in self.partitions],
             "problems": list(self.problems),
+            "ownership_problems": list(self.ownership_problems),
         }
 
 
@@ -200,60 +209,12 @@ class GroupSummary:
     state: GroupStatus
     generation: int | None
     problems: tuple[str, ...] = ()
+    protocols: dict[str, int] = field(default_factory=dict)
+    layouts: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         plain = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**plain, "state": self.state.value, "problems": list(self.problems)}
-
-
-# --- pipelined reads ------------------------------------------------------------------------------------------------
-
-_Op = tuple[ReadKind, str]
-
-
-def _read_all(zk: ZkClient, ops: Sequence[_Op]) -> list[Any]:
-    """Run ``ops`` pipelined (:meth:`ZkClient.read_many`, :data:`_WINDOW` in flight at once); return their results
-    in order: ``(data, stat)`` for ``get``, a sorted child list for ``children``, ``None`` for a znode that does not
-    exist.  :raises ZkError: (typed) for any other failure."""
-    results: list[Any] = []
-    for begin in range(0, len(ops), _WINDOW):
-        window = ops[begin : begin + _WINDOW]
-        for (kind, _path), value in zip(window, zk.read_many(window, _READ_TIMEOUT_S), strict=True):
-            results.append(sorted(value) if kind == "children" and value is not None else value)
-    return results
-
-
-def _owners_root(group: str) -> str:
-    # paths.py has no helper for the parent itself; derive it from the one it has so the layout stays in one place.
-    return posixpath.dirname(paths.owners(group, "_"))
-
-
-def _offsets_root(group: str) -> str:
-    return posixpath.dirname(paths.offsets(group, "_"))
-
-
-def _decode_state(raw: tuple[bytes, Stat] | None, path: str, problems: list[str]) -> GroupState | None:
-    return None if raw is None else _decoded(GroupState.decode, raw[0], path, problems)
-
-
-def _valid_topics(names: list[str] | None, root: str, problems: list[str]) -> list[str]:
-    valid = []
-    for name in names or []:
-        try:
-            valid.append(validate_topic(name))
-        except InvalidNameError as e:
-            problems.append(f"ignored {root}/{name}: {e}")
-    return valid
-
-
-def _valid_partitions(names: list[str] | None, parent: str, problems: list[str]) -> list[int]:
-    valid = []
-    for name in names or []:
-        if _PARTITION.fullmatch(name) and int(name) < MAX_PARTITIONS:
-            valid.append(int(name))
-        else:
-            problems.append(f"ignored {parent}/{name}: not a partition number")
-    return sorted(valid)
+        return {**plain, "state": self.state.value, "problems": list(self.problems), "layouts": list(self.layouts)}
 
 
 # --- describe -------------------------------------------------------------------------------------------------------
@@ -263,146 +224,81 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     """Describe ``group`` (module docstring has the contract).  ``data_dir`` holds the partition logs.
 
     :raises InvalidNameError: ``group`` is not a legal group name.
-    :raises GroupNotFoundError: ``/consumers/groups/<group>`` does not exist.
+    :raises GroupNotFoundError: the group exists in neither layout.
     :raises ZkError: (typed subclasses) ZooKeeper failed; nothing else about the group's data raises.
     """
     validate_group(group)
-    problems: list[str] = []
-    ids_root, owners_root, offsets_root = paths.group_ids(group), _owners_root(group), _offsets_root(group)
-    state_path = paths.group_state(group)
-
-    # Round trip 1: the group node and its children ids/, state, owners/, offsets/, resets/.
-    exists, ids, state_raw, owner_topic_names, offset_topic_names, reset_topic_names = _read_all(
-        zk,
-        [
-            ("children", paths.group(group)),
-            ("children", ids_root),
-            ("get", state_path),
-            ("children", owners_root),
-            ("children", offsets_root),
-            ("children", paths.resets_root(group)),
-        ],
-    )
-    if exists is None:
+    read = read_groups(zk, [group], offsets=True)[group]
+    if not read.exists:
         raise GroupNotFoundError(group)
-    persisted = _decode_state(state_raw, state_path, problems)
-    owner_topics = _valid_topics(owner_topic_names, owners_root, problems)
-    offset_topics = _valid_topics(offset_topic_names, offsets_root, problems)
-    reset_topics = _valid_topics(reset_topic_names, paths.resets_root(group), problems)
-
-    # Round trip 2: member registrations, and the partitions under owners/<t> and offsets/<t>.
-    ops: list[_Op] = [("get", paths.member(group, c)) for c in ids or []]
-    ops += [("children", paths.owners(group, t)) for t in owner_topics]
-    ops += [("children", paths.offsets(group, t)) for t in offset_topics]
-    ops += [("children", paths.resets(group, t)) for t in reset_topics]
-    level2 = _read_all(zk, ops)
-    n_ids, n_own, n_off = len(ids or []), len(owner_topics), len(offset_topics)
-    members = _members(group, ids or [], level2[:n_ids], problems)
-    owned = [
-        (t, p)
-        for t, kids in zip(owner_topics, level2[n_ids : n_ids + n_own], strict=True)
-        for p in _valid_partitions(kids, paths.owners(group, t), problems)
-    ]
-    committed_keys = [
-        (t, p)
-        for t, kids in zip(offset_topics, level2[n_ids + n_own : n_ids + n_own + n_off], strict=True)
-        for p in _valid_partitions(kids, paths.offsets(group, t), problems)
-    ]
-    reset_keys = [
-        (t, p)
-        for t, kids in zip(reset_topics, level2[n_ids + n_own + n_off :], strict=True)
-        for p in _valid_partitions(kids, paths.resets(group, t), problems)
-    ]
-
-    # Round trip 3: owner and offset values.  A key present with None: the znode exists but is malformed.
-    level3 = _read_all(
-        zk,
-        [("get", paths.owner(group, t, p)) for t, p in owned]
-        + [("get", paths.offset(group, t, p)) for t, p in committed_keys]
-        + [("get", paths.reset(group, t, p)) for t, p in reset_keys],
-    )
-    owners: dict[tuple[str, int], str | None] = {}
-    for (t, p), raw in zip(owned, level3[: len(owned)], strict=True):
-        if raw is not None:
-            owners[(t, p)] = _decoded(decode_owner, raw[0], paths.owner(group, t, p), problems)
-    offsets: dict[tuple[str, int], int | None] = {}
-    n_committed = len(owned) + len(committed_keys)
-    for (t, p), raw in zip(committed_keys, level3[len(owned) : n_committed], strict=True):
-        if raw is not None:
-            offsets[(t, p)] = _decoded(_decode_offset, raw[0], paths.offset(group, t, p), problems)
-    resets: dict[tuple[str, int], ResetRecord | None] = {}
-    for (t, p), raw in zip(reset_keys, level3[n_committed:], strict=True):
-        if raw is not None:
-            resets[(t, p)] = _decoded(ResetRecord.decode, raw[0], paths.reset(group, t, p), problems)
-
-    live = {m.consumer_id for m in members}
+    m = _Merged(read)
+    problems = read.problems
+    resets = read.layout(Layout.COORDINATOR).resets
     partitions = tuple(
-        _partition_view(
-            key,
-            owner=owners.get(key),
-            offsets=offsets,
-            live=live,
-            data_dir=data_dir,
-            problems=problems,
-            last_reset=resets.get(key),
-        )
-        for key in sorted(owners.keys() | offsets.keys())
+        _partition_view(key, o, data_dir=data_dir, problems=problems, last_reset=resets.get(key))
+        for key, o in zip(m.keys, m.owned, strict=True)
     )
-    changed = persisted is not None and dict(persisted.members) != {m.consumer_id: m.czxid for m in members}
+    problems.extend(_member_problems(m.members))
+    problems.extend(m.alarms)
     return GroupDescription(
         group=group,
-        state=derive_status(len(members), persisted),
-        persisted=persisted,
-        members=members,
+        state=m.status,
+        persisted=m.persisted,
+        members=m.views,
         partitions=partitions,
-        membership_changed=changed,
+        membership_changed=membership_changed(m.members, m.persisted),
         problems=tuple(problems),
+        layouts=m.layouts,
+        protocols=protocol_mix(m.views),
+        migration=migration(m.views, m.persisted),
+        unclaimed=tuple(m.unclaimed),
+        ownership_problems=m.alarms,
     )
 
 
-def _members(
-    group: str, ids: list[str], raws: list[tuple[bytes, Stat] | None], problems: list[str]
-) -> tuple[MemberView, ...]:
-    members = []
-    for consumer_id, raw in zip(ids, raws, strict=True):
-        if raw is None:
-            continue  # left the group while we were reading
-        data, stat = raw
-        registration = _decoded(MemberRegistration.decode, data, paths.member(group, consumer_id), problems)
-        members.append(MemberView(consumer_id, stat.czxid, stat.ctime, registration))
-    return tuple(members)
+class _Merged:
+    """The merge of one group's read (:mod:`~zkcoord.admin.group_merge`), shared by describe and list."""
+
+    def __init__(self, read: GroupRead) -> None:
+        self.members = merge_members(read)
+        self.persisted = read.layout(Layout.COORDINATOR).state
+        claims_0_8 = any(m.protocol.claims_0_8 for m in self.members.values())
+        coordinated = any(m.in_layout(Layout.COORDINATOR) is not None for m in self.members.values())
+        self.unclaimed = unclaimed(read, self.members)
+        self.keys = _partition_keys(read)
+        self.owned = [ownership(key, read, self.members, claims_0_8, coordinated) for key in self.keys]
+        self.alarms = tuple(text for o in self.owned for kind, text in o.problems if kind in OWNERSHIP)
+        self.views = with_counts(self.members, self.owned)
+        pending = sum(o.pending is not None for o in self.owned)
+        self.status = derive_status(self.members, self.persisted, len(self.unclaimed), pending)
+        self.layouts = tuple(lay.value for lay, lr in read.layouts.items() if lr.exists)
 
 
-def _decoded(decode: Callable[[bytes, str], T], data: bytes, path: str, problems: list[str]) -> T | None:
-    """``decode(data, path)``, or ``None`` with the reason appended to ``problems`` if the data is malformed."""
-    try:
-        return decode(data, path)
-    except CodecError as e:
-        problems.append(str(e))
-        return None
+def _partition_keys(read: GroupRead) -> list[Key]:
+    """Every partition owned, committed or subscribed to, in either layout."""
+    keys: set[Key] = {(t, p) for t, count in read.partition_counts.items() for p in range(count)}
+    for lr in read.layouts.values():
+        keys |= lr.owned | lr.offsets.keys()
+    return sorted(keys)
 
 
-def _decode_offset(data: bytes, path: str) -> int:
-    return decode_int("committed offset", data, path)
-
-
-def consumer_of(thread_id: str) -> str:
-    """The consumer id of a thread id ``<consumerId>-<n>``."""
-    return thread_id.rsplit("-", 1)[0]
+def _member_problems(members: dict[str, MemberView]) -> list[str]:
+    """A coordinator member without ``--migrating`` beside zk-client members is given nothing (docs/migration.md)."""
+    if not any(m.protocol is Protocol.ZK_CLIENT for m in members.values()):
+        return []
+    return [
+        f"member {cid} ({m.protocol.value}) is not --migrating in a group with zk-client members: the coordinator "
+        "gives it nothing until they are gone (docs/migration.md)"
+        for cid, m in members.items()
+        if m.protocol in (Protocol.EAGER, Protocol.INCREMENTAL)
+    ]
 
 
 def _partition_view(
-    key: tuple[str, int],
-    *,
-    owner: str | None,
-    offsets: dict[tuple[str, int], int | None],
-    live: set[str],
-    data_dir: Path,
-    problems: list[str],
-    last_reset: ResetRecord | None = None,
+    key: Key, o: Ownership, *, data_dir: Path, problems: list[str], last_reset: ResetRecord | None = None
 ) -> PartitionView:
     topic, partition = key
-    committed = offsets.get(key)
+    committed = o.committed
     start: int | None = None
     end: int | None = None
     high_water: int | None = None
@@ -424,13 +320,13 @@ def _partition_view(
                 "consumer applies its --offset-reset policy (none: holds it until the offset is fixed; or wrong "
                 "--data-dir?)"
             )
-        elif key not in offsets:  # never committed (an unreadable offset gives no lag)
+        elif not o.committed_unreadable:  # never committed (an unreadable offset gives no lag)
             lag, lag_from = end - start, "log_start"
     return PartitionView(
         topic=topic,
         partition=partition,
-        owner=owner,
-        owner_live=owner is not None and consumer_of(owner) in live,
+        owner=o.owner,
+        owner_live=o.live,
         committed=committed,
         log_start=start,
         log_end=end,
@@ -439,6 +335,13 @@ def _partition_view(
         out_of_range=why,
         last_reset=last_reset,
         high_water=high_water,
+        protocol=None if o.protocol is None else o.protocol.value,
+        pending=o.pending,
+        owners={lay.value: v for lay, v in o.owners.items()},
+        offsets={lay.value: v for lay, v in o.offsets.items()},
+        committed_from=None if o.committed_from is None else o.committed_from.value,
+        problems=tuple(text for _kind, text in o.problems),
+        ownership=tuple(kind for kind, _text in o.problems),
     )
 
 
@@ -446,37 +349,38 @@ def _partition_view(
 
 
 def list_groups(zk: ZkClient) -> list[GroupSummary]:
-    """Summarise every group under ``/consumers/groups``, sorted by name (one pipelined round trip after the listing).
+    """Summarise every group of either layout, sorted by name (module docstring: four pipelined round trips).
 
-    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``) or a child whose name is not a legal
-    group name is reported in that summary's ``problems``, never raised.
+    A malformed ``state`` (the group then shows as ``unknown``, or ``empty``), registration, owner or topic, or a
+    child whose name is not a legal group name, is reported in that summary's ``problems``, never raised.  A listing
+    reads no committed offset, and the owner znodes' values only of groups whose members claim Kafka 0.8 owner znodes
+    (their state depends on them), so it checks no ownership: :func:`describe_group` does.
 
     :raises ZkError: (typed subclasses) ZooKeeper failed.
     """
-    try:
-        names = sorted(zk.get_children(paths.GROUPS))
-    except NoNodeError:
-        return []
-    raws = _read_all(
-        zk, [op for g in names for op in (("children", paths.group_ids(g)), ("get", paths.group_state(g)))]
-    )
+    names = group_names(zk)
+    reads = read_groups(zk, names, offsets=False)
     summaries = []
-    for i, name in enumerate(names):
-        ids, state_raw = raws[2 * i], raws[2 * i + 1]
+    for name in names:
+        read = reads[name]
+        if not read.exists:
+            continue  # deleted since it was listed
         problems: list[str] = []
         try:
             validate_group(name)
         except InvalidNameError as e:
-            problems.append(f"{paths.group(name)}: {e}")
-        state = _decode_state(state_raw, paths.group_state(name), problems)
-        count = len(ids or [])
+            where = paths.group(name) if read.layout(Layout.COORDINATOR).exists else f"{paths.CONSUMERS}/{name}"
+            problems.append(f"{where}: {e}")
+        m = _Merged(read)
         summaries.append(
             GroupSummary(
                 group=name,
-                members=count,
-                state=derive_status(count, state),
-                generation=state.generation if state else None,
-                problems=tuple(problems),
+                members=len(m.members),
+                state=m.status,
+                generation=m.persisted.generation if m.persisted else None,
+                problems=(*problems, *read.problems),
+                protocols=protocol_mix(m.views),
+                layouts=m.layouts,
             )
         )
     return summaries

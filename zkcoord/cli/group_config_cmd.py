@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from zkcoord.admin.group_config import StoredConfig, UnreadableConfigError, delete_config, read_config, set_config
+from zkcoord.admin.group_reads import Layout
 from zkcoord.admin.groups import GroupDescription
 from zkcoord.cli.common import ZkCoordGroup, echo_json, zk_config, zk_options
 from zkcoord.errors import ConfigurationError
@@ -129,9 +130,13 @@ def effective_config(description: GroupDescription, stored: StoredConfig) -> dic
     none while zk-client members share the group, where the config is not applied) and ``problem``."""
     effective = stored.effective
     migrating = bool(description.persisted and description.persisted.legacy) or any(
-        m.registration is not None and m.registration.migrating for m in description.members
+        m.protocol.claims_0_8 for m in description.members
     )
-    readable = {m.consumer_id: m.czxid for m in description.members if m.registration is not None}
+    readable = {
+        m.consumer_id: r.czxid
+        for m in description.members
+        if (r := m.in_layout(Layout.COORDINATOR)) is not None and r.registration is not None
+    }
     return {
         "stored": None if stored.config is None else stored.config.to_mapping(),
         "effective": {key: effective.to_mapping().get(key) for key in KEYS},

@@ -58,6 +58,16 @@ def member(group: str, consumer_id: str) -> str:
     return f"{CONSUMERS}/{group}/ids/{consumer_id}"
 
 
+def owners_root(group: str) -> str:
+    """``/consumers/<group>/owners``: one child per topic with a claimed partition."""
+    return f"{CONSUMERS}/{group}/owners"
+
+
+def offsets_root(group: str) -> str:
+    """``/consumers/<group>/offsets``: one child per topic with a committed offset."""
+    return f"{CONSUMERS}/{group}/offsets"
+
+
 def owners(group: str, topic: str) -> str:
     """``/consumers/<group>/owners/<topic>`` (``ZKGroupTopicDirs.consumerOwnerDir``)."""
     return f"{CONSUMERS}/{group}/owners/{topic}"
