@@ -118,6 +118,10 @@ def test_brokers_and_consumers_show_what_happened(run: Run) -> None:
     epoch = s.get("zkcoord_coordinator_epoch")
     assert s.types["process_cpu_seconds"] == "counter"  # the standard process collector rides along
 
+    # A group with no members yet: examined, skipped, counted empty.
+    run.zk.ensure_path(paths.group_ids("idle"))
+    wait_until(lambda: scrape(ports[acting]).get("zkcoord_coordinator_groups", state="empty") == 1, DEADLINE, "idle")
+    assert scrape(ports[acting]).get("zkcoord_coordinator_rebalances_skipped_total") == 1
     TopicAdmin(run.zk).create("t", 2)
     produce(run.data, "t", 2, 150)
     c1 = run.consumer("g", "t", extra=("--metrics-port", str(c1_port)))
