@@ -22,6 +22,7 @@ from tests.integration.test_consumer_e2e import Run
 from tests.integration.test_coordinator import Cluster
 from tests.scrape import Scrape, scrape, try_scrape
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
+from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.data.partlog import log_offsets
 from zkcoord.data.topics import TopicAdmin
@@ -31,6 +32,7 @@ from zkcoord.layout.znodes import encode_int
 from zkcoord.runtime.exposition import MetricsServer
 from zkcoord.runtime.journal import Journal, read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
+from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver.util import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -276,3 +278,37 @@ def test_a_fenced_write_is_counted_and_the_broker_is_elected_again(zk_hosts: str
         assert s.get("zkcoord_coordinator_fenced_writes_total") == 1
         assert s.get("zkcoord_coordinator_epoch") > epoch + 10
         assert len(cluster.events("coordinator.resigned")) == 1
+
+
+def test_a_zk_client_consumer_shows_the_same_metrics(zk_hosts: str, tmp_path: Path) -> None:
+    """Kafka 0.8's client-side protocol (no coordinator): the same families, its lease always valid, its commits
+    timed, no commands."""
+    with ExitStack() as stack:
+        admin = stack.enter_context(ZkClient(ZkConfig.from_string(zk_hosts)))
+        admin.create(paths.broker(0), b"{}", ephemeral=True, makepath=True)  # topics need a broker; none runs
+        TopicAdmin(admin).create("t", 2)
+        data = tmp_path / "data"
+        produce(data, "t", 2, 15)
+        config = ConsumerConfig(
+            group="old", subscription=Subscription.static({"t": 1}), zk=zk_hosts, data_dir=data, session_timeout_s=4.0
+        )
+        consumer = stack.enter_context(LegacyConsumer(config, legacy=LegacyConfig(rebalance_backoff_s=0.1)))
+        registry = CollectorRegistry()
+        registry.register(ConsumerCollector(consumer, "zk-client"))
+        server = stack.enter_context(MetricsServer.start(registry))
+        got: list[object] = []
+
+        def thirty() -> bool:
+            got.extend(consumer.poll(0.05))
+            return len(got) >= 30
+
+        wait_until(thirty, DEADLINE, "30 records", interval=0)
+        consumer.commit()
+        s = scrape(server.port)
+        assert [dict(labels)["protocol"] for labels in s.labelled("zkcoord_consumer_info")] == ["zk-client"]
+        assert s.get("zkcoord_consumer_records_consumed_total") == 30
+        assert list(s.labelled("zkcoord_consumer_lag_records").values()) == [0, 0]
+        assert s.get("zkcoord_consumer_lease_valid") == 1
+        assert s.get("zkcoord_consumer_commit_duration_seconds_count") >= 1
+        assert s.get("zkcoord_consumer_commit_failures_total") == 0
+        assert sum(s.labelled("zkcoord_consumer_commands_applied_total").values()) == 0
