@@ -175,6 +175,19 @@ class ZkServerError(ZkCoordError):
     """The embedded ZooKeeper server could not be started, stopped or found."""
 
 
+# --- metrics endpoint -------------------------------------------------------------------------------------------------
+
+
+class MetricsServerError(ZkCoordError):
+    """The ``/metrics`` endpoint could not be served at the address asked for (a port in use, an unknown host)."""
+
+    def __init__(self, address: str, port: int, reason: str) -> None:
+        self.address = address
+        self.port = port
+        self.reason = reason
+        super().__init__(f"cannot serve metrics on {address}:{port}: {reason}")
+
+
 # --- partition log -----------------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from zkcoord.broker import Broker, BrokerConfig, BrokerService
-from zkcoord.cli.common import journal_option, open_journal, zk_config, zk_options
+from zkcoord.cli.common import journal_option, metrics_options, open_journal, open_metrics, zk_config, zk_options
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
 from zkcoord.protocol.assignors import ASSIGNORS
 from zkcoord.runtime.shutdown import DEFAULT_BROKER_TIMEOUT_S
@@ -74,6 +74,7 @@ from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 @click.option("--no-coordinator", is_flag=True, help="Do not take part in the coordinator election.")
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: coordinator writes skip the fence.")
 @shutdown_timeout_option(DEFAULT_BROKER_TIMEOUT_S)
+@metrics_options
 @zk_options
 @journal_option
 def broker(
@@ -90,6 +91,8 @@ def broker(
     no_coordinator: bool,
     unsafe: bool,
     shutdown_timeout: float,
+    metrics_port: int,
+    metrics_addr: str,
     zk: str,
     session_timeout: float,
     journal_dir: Path | None,
@@ -102,6 +105,9 @@ def broker(
     On SIGTERM or SIGINT it removes its registration and exits 0, within --shutdown-timeout whatever ZooKeeper
     does: if ZooKeeper could not be reached it says what was left (the registration then stays until the session
     expires) and exits 3.  A second signal exits at once (130 or 143).
+
+    With --metrics-port it serves Prometheus metrics (its coordinator's: whether it acts, the epoch, groups,
+    rebalances, commands; docs/metrics.md) at http://--metrics-addr:PORT/metrics.
     """
     config = BrokerConfig(
         broker_id=broker_id,
@@ -111,6 +117,7 @@ def broker(
         shutdown_timeout_s=shutdown_timeout,
         rack=rack,
     )
+    registry, metrics = open_metrics(metrics_addr, metrics_port)
     stop = SignalStop(f"broker {broker_id}", shutdown_timeout)
     journal = open_journal(journal_dir, f"broker-{broker_id}")
     stop.attach(journal, broker=broker_id)
@@ -125,18 +132,24 @@ def broker(
             fence_grace_s=fence_grace,
             unsafe_no_fencing=unsafe,
         )
-        services.append(Coordinator(broker_id, coordinator_config))
+        coordinator = Coordinator(broker_id, coordinator_config)
+        registry.register(coordinator.collector())
+        services.append(coordinator)
     node = Broker(config, journal, services)
     node.start()
     # A running broker logs what it does at INFO; raised only now, so a refused start prints its one Error: line
     # and nothing before it (-v shows the start-up steps).
     logging.getLogger("zkcoord").setLevel(min(logging.getLogger("zkcoord").getEffectiveLevel(), logging.INFO))
     click.echo(f"broker {broker_id} registered at {config.zk.address} (session {node.zk.session_id:#x})", err=True)
+    if metrics is not None:
+        click.echo(f"broker {broker_id} serves metrics at {metrics.url}", err=True)
     try:
         stop.requested.wait()
     finally:
         code = stop.finish(node.stop(stop.begin()))
         journal.emit("process.stopped", reason="signal")
         journal.close()
+        if metrics is not None:
+            metrics.close()
     click.echo(f"broker {broker_id} stopped", err=True)
     stop.exit(code)

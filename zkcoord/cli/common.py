@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from prometheus_client import CollectorRegistry
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from zkcoord.errors import ZkCoordError
 from zkcoord.runtime import settings
+from zkcoord.runtime.exposition import DEFAULT_ADDRESS, MetricsServer, serve_metrics
 from zkcoord.runtime.journal import Journal, process_started
 from zkcoord.zk import ZkConfig
 
@@ -73,6 +78,39 @@ def open_journal(journal_dir: Path | None, role: str) -> Journal:
     journal = Journal(journal_dir or settings.default_journal_dir(), role)
     process_started(journal, sys.argv)
     return journal
+
+
+def metrics_options(func: F) -> F:
+    """``--metrics-port`` (0: off) and ``--metrics-addr``: where ``/metrics`` is served (docs/metrics.md)."""
+    func = click.option(
+        "--metrics-addr",
+        "metrics_addr",
+        default=DEFAULT_ADDRESS,
+        show_default=True,
+        metavar="HOST",
+        help="Address the metrics endpoint listens on (0.0.0.0: every interface, as a container needs).",
+    )(func)
+    return click.option(
+        "--metrics-port",
+        "metrics_port",
+        type=click.IntRange(0, 65535),
+        default=0,
+        show_default=True,
+        metavar="PORT",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: no endpoint; docs/metrics.md).",
+    )(func)
+
+
+def open_metrics(address: str, port: int) -> tuple[CollectorRegistry, MetricsServer | None]:
+    """The process's own registry (with prometheus_client's process, platform and GC collectors), served at
+    ``address:port`` unless the port is 0.  Called before anything registers in ZooKeeper, so that a port in use
+    is one ``Error:`` line and nothing else happened; the caller says where it serves once it started (a refused
+    start prints its ``Error:`` line alone).  :raises MetricsServerError:"""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry, serve_metrics(registry, address, port)
 
 
 def data_dir_option(func: F) -> F:

@@ -8,10 +8,18 @@ from pathlib import Path
 
 import click
 
-from zkcoord.cli.common import data_dir_option, journal_option, open_journal, resolve_data_dir
+from zkcoord.cli.common import (
+    data_dir_option,
+    journal_option,
+    metrics_options,
+    open_journal,
+    open_metrics,
+    resolve_data_dir,
+)
 from zkcoord.cli.consume_app import App
 from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
+from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.errors import ConfigurationError
 from zkcoord.protocol.offset_reset import check_policy
 from zkcoord.runtime.settings import DEFAULT_ZK, default_zk
@@ -174,6 +182,7 @@ class _Status:
 @click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
 @shutdown_timeout_option(DEFAULT_CONSUMER_TIMEOUT_S)
+@metrics_options
 @data_dir_option
 @journal_option
 def consume(
@@ -204,6 +213,8 @@ def consume(
     zk: str,
     session_timeout: float,
     shutdown_timeout: float,
+    metrics_port: int,
+    metrics_addr: str,
     data_dir: Path | None,
     journal_dir: Path | None,
 ) -> None:
@@ -214,6 +225,9 @@ def consume(
     fetching, commits, deregisters and exits 0, within --shutdown-timeout whatever ZooKeeper does: if ZooKeeper
     could not be reached it says what was left (uncommitted records are delivered again; the member znode stays
     until the session expires) and exits 3.  A second signal exits at once (130 or 143).
+
+    With --metrics-port it serves Prometheus metrics (partitions, records consumed, lag per partition, commits,
+    the lease, commands; docs/metrics.md) at http://--metrics-addr:PORT/metrics.
     """
     config = ConsumerConfig(
         group=group,
@@ -245,6 +259,7 @@ def consume(
         raise ConfigurationError("--rack is for coordinated consumers (zk-client members assign among themselves)")
     if migrating and protocol == "zk-client":
         raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
+    registry, metrics = open_metrics(metrics_addr, metrics_port)
     stop = SignalStop("consumer", shutdown_timeout)
     journal = open_journal(journal_dir, f"consumer-{group}")
     app = App(journal, group, work_ms=work_ms, auto_commit=not manual_commit, stop=stop.requested)
@@ -257,9 +272,12 @@ def consume(
             config, journal=journal, on_partitions_revoked=app.on_revoked, on_partitions_lost=app.on_lost
         )
     app.bind(consumer)
+    registry.register(ConsumerCollector(consumer, protocol))
     stop.attach(journal, group=group, consumer=consumer.consumer_id)
     consumer.start()
     click.echo(f"consumer {consumer.consumer_id} joined group {group}", err=True)
+    if metrics is not None:
+        click.echo(f"consumer {consumer.consumer_id} serves metrics at {metrics.url}", err=True)
     status = _Status(consumer)
     total = 0
     try:
@@ -273,5 +291,7 @@ def consume(
             click.echo("", err=True)
         journal.emit("process.stopped", reason="signal" if stop.requested.is_set() else "done")
         journal.close()
+        if metrics is not None:
+            metrics.close()
     click.echo(f"consumer {consumer.consumer_id} left group {group} after {total} records", err=True)
     stop.exit(code)

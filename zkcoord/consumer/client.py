@@ -110,6 +110,7 @@ class Consumer:
         )
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
         self.bridge = self.core.bridge
+        self.stats = self.core.stats  # what the metrics endpoint shows besides metrics() (zkcoord.consumer.metrics)
         self._closing = self.core.closing
         self.handler = CommandHandler(self.core)
         #: the rebalance callbacks, run on the thread that calls poll() or close() (zkcoord.consumer.polling)
@@ -400,13 +401,13 @@ class Consumer:
             rebalances=self.handler.rebalances,
             last=self.handler.last_rebalance,
             now=now,
-            lag=self.lag(),
+            lag=shared.lag(self.config.data_dir, self.fetcher.positions()),
             lease_valid=self.lease.valid(),
         )
 
     def lag(self) -> int | None:
         """Records in the assigned partitions' logs beyond the consumed positions."""
-        return shared.lag(self.config.data_dir, self.fetcher.positions())
+        return sum(shared.lag(self.config.data_dir, self.fetcher.positions()).values())
 
     # --- internals ----------------------------------------------------------------------------------------------
 

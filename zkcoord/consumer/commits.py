@@ -51,10 +51,15 @@ class Commits:
         """
         c = self.c
         with self.lock:
+            sent = c.clock()
             try:
                 written = c.offsets.commit(positions, ack=ack, handover=handover, final=final)
+            except ZkError:
+                c.stats.commit_failures.inc()
+                raise
             except OffsetCommitFencedError as e:
                 fenced = e
+                c.stats.committed(c.clock() - sent, refused=len(e.partitions))
                 self.journal_repairs()
                 self._mirror({tp: off for tp, off in positions.items() if tp not in e.partitions})
                 self._journal(e.committed)
@@ -67,6 +72,7 @@ class Commits:
                         partition=tp.partition,
                     )
             else:
+                c.stats.committed(c.clock() - sent)
                 self.journal_repairs()
                 self._mirror(positions)
                 self._journal(written)

@@ -9,7 +9,8 @@ command thread's pieces (:mod:`zkcoord.consumer.commands`, :mod:`zkcoord.consume
 Threads, per field:
 
 * set once in ``__init__`` and read from any thread: ``config``, ``consumer_id``, ``journal``, ``clock``, ``wall_ms``,
-  ``zk``, ``lease``, ``offsets``, ``fetcher``, ``bridge``, ``events``, ``closing``, ``handoff`` (thread-safe);
+  ``zk``, ``lease``, ``offsets``, ``fetcher``, ``bridge``, ``events``, ``closing``, ``handoff``, ``stats``
+  (thread-safe);
 * written by :meth:`register` (the application's thread in ``start()``, then only the command thread), read from any
   thread: ``incarnation``, ``registered_data``, ``registered_session``, ``registrations``; the command thread also
   sets ``incarnation`` to None when our registration ends;
@@ -29,6 +30,7 @@ from zkcoord.consumer.config import ConsumerConfig
 from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.consumer.handoff import Handoff
 from zkcoord.consumer.lease import Lease
+from zkcoord.consumer.metrics import ConsumerStats
 from zkcoord.consumer.migration import MigrationBridge
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import TopicPartition
@@ -75,6 +77,8 @@ class ConsumerCore:
         self.closing = threading.Event()
         #: what the command thread leaves for the application's thread (parked stops, announcements)
         self.handoff = Handoff(clock, wake=fetcher.wakeup)
+        #: what the metrics endpoint shows besides ``Consumer.metrics()`` (commits, commands applied and refused)
+        self.stats = ConsumerStats()
         #: Kafka 0.8's registry and owner znodes, for a consumer of a group migrating off zk-client (else None)
         self.bridge: MigrationBridge | None = None
         if config.migrating:

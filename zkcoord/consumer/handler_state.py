@@ -224,6 +224,7 @@ class HandlerState:
 
     def journal_applied(self, name: str, command: Command, partitions: int, **extra: object) -> None:
         c = self.c
+        c.stats.applied(command.option.value)
         c.journal.emit(
             "command.applied",
             group=c.config.group,

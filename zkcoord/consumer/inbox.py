@@ -59,7 +59,7 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
     c = handler.c
     if not name.startswith(paths.COMMAND_PREFIX) or command_sequence(name) < 0:
         # Not a command at all: refuse it, and delete it so the channel stays a queue of commands.
-        _refuse(handler, name, path, None, "not a command znode")
+        _refuse(handler, name, path, None, "not a command znode", kind="malformed")
         return None
     state_path = paths.group_state(c.config.group)
     got, state = c.zk.get_many([path, state_path])  # one round trip: the state vouches (zkcoord.consumer.vouch)
@@ -68,7 +68,7 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
     try:
         command = Command.decode(got[0], path)
     except CodecError as e:
-        _refuse(handler, name, path, None, f"malformed: {e.reason}")
+        _refuse(handler, name, path, None, f"malformed: {e.reason}", kind="malformed")
         return None
     if command.incarnation is not None and command.incarnation != c.incarnation:
         check_registration(handler)  # see the module's docstring
@@ -77,17 +77,20 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
             # command may be another registration's at our id (it reads this channel too).  Leave it.
             _wait(handler, name, "meant for the registration of another process with our id")
             return WAIT
-    reason = handler.admission.refusal(command, c.incarnation)
+    judged = handler.admission.judge(command, c.incarnation)
+    kind, reason = judged if judged is not None else ("", None)
     vouched: dict[TopicPartition, str] = {}
     if not c.config.unsafe_no_fencing:
         verdict = vouch(command, got[1], state, state_path)
         if reason is None and verdict.wait is not None:
             _wait(handler, name, verdict.wait)
             return WAIT
-        reason = reason or verdict.refused
+        if reason is None and verdict.refused is not None:
+            kind, reason = "forged", verdict.refused
         if verdict.target is not None:
             beyond = beyond_target(command, verdict.target)
             if beyond and reason is None:
+                kind = "forged"
                 reason = f"forged: gives {', '.join(beyond[:3])} beyond the group's target at its generation"
             prefix = f"{c.consumer_id}-"
             vouched = {
@@ -97,13 +100,15 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
                 if th.startswith(prefix)
             }
     if reason is not None:
-        _refuse(handler, name, path, command, reason)
+        _refuse(handler, name, path, command, reason, kind=kind)
         return None
     return Admitted(command, vouched)
 
 
-def reject(c: ConsumerCore, name: str, command: Command | None, reason: str) -> None:
-    """Journal and log that command ``name`` is refused (the caller acknowledges it)."""
+def reject(c: ConsumerCore, name: str, command: Command | None, reason: str, kind: str) -> None:
+    """Journal, log and count that command ``name`` is refused (the caller acknowledges it); ``kind`` is the
+    metrics' reason (:data:`zkcoord.consumer.metrics.REFUSALS`)."""
+    c.stats.refused(kind)
     fields: dict[str, object] = {}
     if command is not None:
         fields = {"option": command.option.value, "epoch": command.epoch, "generation": command.generation}
@@ -111,8 +116,8 @@ def reject(c: ConsumerCore, name: str, command: Command | None, reason: str) -> 
     log.warning("consumer %s: refused command %s: %s", c.consumer_id, name, reason)
 
 
-def _refuse(handler: HandlerState, name: str, path: str, command: Command | None, reason: str) -> None:
-    reject(handler.c, name, command, reason)
+def _refuse(handler: HandlerState, name: str, path: str, command: Command | None, reason: str, *, kind: str) -> None:
+    reject(handler.c, name, command, reason, kind)
     handler.refuse(name)
     handler.ack(path, name)
 

@@ -5,13 +5,13 @@ positions, the stop step a failed commit skipped.  Pure functions of their argum
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.data.partlog import log_offsets
-from zkcoord.errors import ZkError, ZkNotSentError, ZkUnavailableError
+from zkcoord.errors import LogError, ZkError, ZkNotSentError, ZkUnavailableError
 from zkcoord.runtime.shutdown import COMMIT, COMMIT_UNKNOWN
 
 
@@ -27,6 +27,8 @@ class ConsumerMetrics:
     last_rebalance_seconds_ago: float | None
     lag: int | None
     lease_valid: bool
+    #: ``lag`` by assigned partition (a partition whose log's end cannot be read is left out)
+    lag_by_partition: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 class LastRebalance(Protocol):
@@ -44,7 +46,7 @@ def metrics(
     rebalances: int,
     last: LastRebalance | None,
     now: float,
-    lag: int | None,
+    lag: Mapping[TopicPartition, int],
     lease_valid: bool,
 ) -> ConsumerMetrics:
     return ConsumerMetrics(
@@ -54,18 +56,24 @@ def metrics(
         rebalances=rebalances,
         rebalance_latency_ms_last=last.latency_ms if last else None,
         last_rebalance_seconds_ago=(now - last.finished_at) if last else None,
-        lag=lag,
+        lag=sum(lag.values()),
         lease_valid=lease_valid,
+        lag_by_partition=lag,
     )
 
 
-def lag(data_dir: Path, positions: Mapping[TopicPartition, int]) -> int:
-    """Records in the partitions' logs beyond ``positions``."""
-    total = 0
+def lag(data_dir: Path, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Records in each partition's log beyond its position in ``positions``.  A partition whose log's end cannot be
+    read (a damaged tail: the fetcher reports and handles that) is left out: a status line or a scrape is no place
+    to fail for it."""
+    out: dict[TopicPartition, int] = {}
     for tp, position in positions.items():
-        _, end = log_offsets(data_dir, tp.topic, tp.partition)
-        total += max(0, end - position)
-    return total
+        try:
+            _, end = log_offsets(data_dir, tp.topic, tp.partition)
+        except LogError:
+            continue
+        out[tp] = max(0, end - position)
+    return out
 
 
 def start_positions(

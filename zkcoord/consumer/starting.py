@@ -53,7 +53,8 @@ class Starter:
         }
         foreign = sorted(t for t in set(ownership.values()) if not t.startswith(f"{c.consumer_id}-"))
         if foreign:
-            reject(c, name, command, f"ownership names threads of another consumer: {', '.join(foreign[:3])}")
+            reason = f"ownership names threads of another consumer: {', '.join(foreign[:3])}"
+            reject(c, name, command, reason, "forged")
             self.s.refuse(name)
             return True
         incremental = command.incremental and c.bridge is None

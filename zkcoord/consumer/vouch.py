@@ -95,18 +95,24 @@ class Admission:
 
     def refusal(self, command: Command, incarnation: int | None) -> str | None:
         """Why ``command`` must not be applied by the registration ``incarnation`` (its czxid), or None."""
+        judged = self.judge(command, incarnation)
+        return None if judged is None else judged[1]
+
+    def judge(self, command: Command, incarnation: int | None) -> tuple[str, str] | None:
+        """As :meth:`refusal`, with the kind of refusal first: ``misaddressed`` or ``stale`` (the metrics'
+        reasons, :data:`zkcoord.consumer.metrics.REFUSALS`)."""
         if command.group != self.group:
-            return f"addressed to group {command.group!r}"
+            return "misaddressed", f"addressed to group {command.group!r}"
         if self.unsafe:
             return None
         if command.epoch < self.epoch:
-            return f"stale: coordinator epoch {command.epoch} < {self.epoch}"
+            return "stale", f"stale: coordinator epoch {command.epoch} < {self.epoch}"
         if command.epoch == self.epoch and command.generation < self.generation:
-            return f"stale: generation {command.generation} < {self.generation}"
+            return "stale", f"stale: generation {command.generation} < {self.generation}"
         if command.incarnation is not None and command.incarnation != incarnation:
             # Planned for a registration of ours that a session loss ended (or before we registered again).
             ours = "none yet" if incarnation is None else incarnation
-            return f"addressed to registration {command.incarnation}, ours is {ours}"
+            return "misaddressed", f"addressed to registration {command.incarnation}, ours is {ours}"
         return None
 
     def adopt(self, command: Command) -> None:

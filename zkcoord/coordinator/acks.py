@@ -32,6 +32,7 @@ import logging
 from collections.abc import Callable
 
 from zkcoord.coordinator.attempt import Attempt
+from zkcoord.coordinator.metrics import Metrics
 from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Acknowledged, command_sequence, decode_acknowledged
@@ -56,6 +57,7 @@ class Acks:
         active: dict[str, Attempt],
         *,
         epoch: int,
+        metrics: Metrics,
         watch: Callable[[WatchEvent], None] | None,
         clock: Callable[[], float],
         advance: Callable[[Attempt], None],
@@ -66,6 +68,7 @@ class Acks:
         self.journal = journal
         self.active = active
         self.epoch = epoch
+        self.metrics = metrics
         #: the one-shot watch set on every command written (it must only enqueue; the worker calls :meth:`on_ack`)
         self.watch = watch
         self.clock = clock
@@ -144,13 +147,15 @@ class Acks:
         if consumer_id not in attempt.outstanding:
             return
         attempt.outstanding.discard(consumer_id)
+        option = attempt.option_for(consumer_id).value
+        self.metrics.commands_acked[option] += 1
         self.journal.emit(
             "command.acked",
             group=attempt.group,
             consumer=consumer_id,
             generation=attempt.generation,
             epoch=self.epoch,
-            option=attempt.option_for(consumer_id).value,
+            option=option,
             latency_ms=round((self.clock() - attempt.step_started) * 1000, 2),
         )
         if not attempt.outstanding:
@@ -171,13 +176,15 @@ class Acks:
             if why is None:
                 continue
             lost.append(cid)
+            option = attempt.option_for(cid).value
+            self.metrics.commands_lost[option] += 1
             self.journal.emit(
                 "command.lost",
                 group=attempt.group,
                 consumer=cid,
                 generation=attempt.generation,
                 epoch=self.epoch,
-                option=attempt.option_for(cid).value,
+                option=option,
                 channel=why,
             )
         if not lost:

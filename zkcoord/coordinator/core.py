@@ -44,6 +44,7 @@ from zkcoord.coordinator.attempt import Begun
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Term
 from zkcoord.coordinator.events import Event, Role
+from zkcoord.coordinator.metrics import GROUP_STATES, CoordinatorCollector, CoordinatorView, Metrics
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat
 from zkcoord.coordinator.snapshot import read_groups
@@ -87,6 +88,8 @@ class Coordinator:
         #: a connection is suspended or lost: no election and no command until it is back
         self.suspended = False
         self.seat: Seat | None = None
+        #: what this broker's coordinator counted since it started, across its terms
+        self.metrics = Metrics()
         self._zk: ZkClient | None = None
         self._journal = Journal(None, "coordinator")
         self._events: queue.Queue[Event] = queue.Queue()
@@ -170,6 +173,7 @@ class Coordinator:
             else:
                 action(event)
         except FencedError as e:
+            self.metrics.fenced_writes += 1
             self.terms.resign(f"fenced: {e}")
             self.schedule(0.0, self.terms.elect)  # which hands back our node if it is still there (seat.py)
         except ZkError as e:
@@ -324,16 +328,33 @@ class Coordinator:
     def emit_metrics(self) -> None:
         if self.rebalancer is None:
             return
-        self._journal.emit("coordinator.metrics", epoch=self.term.epoch if self.term else None, **self.metrics())
+        epoch = self.term.epoch if self.term else None
+        self._journal.emit("coordinator.metrics", epoch=epoch, **self.journal_metrics())
         self.schedule(self.config.metrics_interval_s, self.emit_metrics)
 
-    # --- introspection (any thread; for tests and the CLI) -------------------------------------------------------
+    # --- introspection (any thread; for tests, the CLI and the metrics endpoint) -------------------------------------
 
-    def metrics(self) -> Mapping[str, object]:
-        rebalancer = self.rebalancer
-        if rebalancer is None:
-            return {}
-        by_state: dict[str, int] = {}
-        for state in rebalancer.group_state.values():
-            by_state[state] = by_state.get(state, 0) + 1
-        return rebalancer.metrics.snapshot(by_state)
+    def journal_metrics(self) -> Mapping[str, object]:
+        """The ``coordinator.metrics`` journal event's fields ({} while not coordinating)."""
+        view = self.view()
+        return self.metrics.snapshot(view.groups_by_state) if view.active else {}
+
+    def collector(self) -> CoordinatorCollector:
+        """The Prometheus collector of this coordinator, for the registry its process serves."""
+        return CoordinatorCollector(self.metrics, self.view)
+
+    def view(self) -> CoordinatorView:
+        """What the metrics show of this coordinator now.  Any thread: the worker replaces ``term`` and
+        ``rebalancer`` whole, and the views' dicts are copied in one step (no Python code runs while CPython copies
+        them, so the worker cannot change them half-way)."""
+        rebalancer, term, seat = self.rebalancer, self.term, self.seat
+        active = self.role is Role.COORDINATOR and rebalancer is not None and term is not None
+        by_state = dict.fromkeys(GROUP_STATES, 0)
+        members = rebalancing = queued = 0
+        if active and rebalancer is not None:
+            for state in list(rebalancer.group_state.values()):
+                by_state[state] = by_state.get(state, 0) + 1
+            members = sum(len(ids) for ids, _, _ in list(self.watchers.member_ids.values()))
+            rebalancing, queued = len(rebalancer.active), len(self._pending)
+        epoch = term.epoch if active and term is not None else seat.known if seat is not None else 0
+        return CoordinatorView(active, epoch, by_state, members, rebalancing, queued)

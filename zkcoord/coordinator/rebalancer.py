@@ -95,6 +95,7 @@ class Rebalancer:
         group_config: Callable[[str], GroupConfig] = lambda _group: GroupConfig(),
         ack_watch: Callable[[WatchEvent], None] | None = None,
         member_watch: Callable[[WatchEvent], None] | None = None,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
@@ -129,12 +130,14 @@ class Rebalancer:
         self.members: dict[str, KnownMembers] = {}
         #: by group, the members whose channel znode this term knows to exist (listed when one is not known)
         self.channels: dict[str, set[str]] = {}
-        self.metrics = Metrics()
+        #: the coordinator's counters (they outlive the term: :mod:`~zkcoord.coordinator.metrics`)
+        self.metrics = metrics or Metrics()
         self.acks = Acks(
             zk,
             journal,
             self.active,
             epoch=self.epoch,
+            metrics=self.metrics,
             watch=ack_watch,
             clock=clock,
             advance=self._advance,
@@ -167,6 +170,7 @@ class Rebalancer:
             members=self.members,
             member_watch=member_watch,
             acks=self.acks,
+            metrics=self.metrics,
             schedule=schedule,
             advance=self._advance,
             retry=self._retry,
@@ -225,6 +229,7 @@ class Rebalancer:
             self.journal.emit("rebalance.skipped", group=group, reason=planned.reason, trigger=trigger)
             return Begun.SKIPPED
         if not planned.members and read.snapshot.state is None:
+            self.metrics.rebalances_skipped += 1
             self.group_state[group] = "empty"
             self.journal.emit("rebalance.skipped", group=group, reason="no members", trigger=trigger)
             return Begun.SKIPPED
@@ -412,8 +417,7 @@ class Rebalancer:
             self.registries[attempt.group] = KnownRegistry(attempt.state_version + 1, attempt.plan.target)
         now = self.clock()
         latency = (now - attempt.requested_at) * 1000
-        self.metrics.rebalances_completed += 1
-        self.metrics.latency_ms.append(latency)
+        self.metrics.completed(latency)
         self.retries.pop(attempt.group, None)
         del self.active[attempt.group]
         self.group_state[attempt.group] = "stable" if attempt.plan.members else "empty"

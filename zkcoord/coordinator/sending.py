@@ -20,6 +20,7 @@ from zkcoord.coordinator.acks import Acks
 from zkcoord.coordinator.attempt import Attempt, Step, channel_ops, command_ops, ownership_ops, phase_timeout_s
 from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix, generation_prefix
 from zkcoord.coordinator.config import CoordinatorConfig
+from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import Moves
 from zkcoord.coordinator.snapshot import KnownMembers, with_owners_read_again
 from zkcoord.errors import NoNodeError, ZkError
@@ -54,6 +55,7 @@ class Sender:
         members: dict[str, KnownMembers],
         member_watch: Callable[[WatchEvent], None] | None,
         acks: Acks,
+        metrics: Metrics,
         schedule: Callable[[float, str, int], None],
         advance: Callable[[Attempt], None],
         retry: Callable[[Attempt, str], None],
@@ -70,6 +72,7 @@ class Sender:
         self.members = members
         self.member_watch = member_watch
         self.acks = acks
+        self.metrics = metrics
         self.schedule = schedule
         self.advance = advance
         self.retry = retry
@@ -210,6 +213,7 @@ class Sender:
                 partitions = sum(len(p) for p in attempt.share(cid).values())
             else:
                 partitions = sum(len(p) for p in revoke.get(cid, {}).values())
+            self.metrics.commands_sent[option.value] += 1
             self.journal.emit(
                 "command.sent",
                 group=attempt.group,

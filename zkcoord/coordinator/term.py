@@ -19,6 +19,7 @@ from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.election import Fence, Term
 from zkcoord.coordinator.events import Role
+from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.rebalancer import Rebalancer
 from zkcoord.coordinator.seat import Seat, Verdict
 from zkcoord.coordinator.watchers import Watchers
@@ -47,6 +48,8 @@ class TermHost(Protocol):
     #: a connection is suspended or lost: no election and no command until it is back
     suspended: bool
     seat: Seat | None
+    #: the coordinator's counters, which outlive its terms
+    metrics: Metrics
 
     @property
     def zk(self) -> ZkClient: ...
@@ -127,6 +130,7 @@ class TermKeeper:
         watchers.begin_term()
         host.term = term
         host.role = Role.COORDINATOR
+        host.metrics.elections += 1
         journal = host.journal
         journal.emit("coordinator.elected", broker=host.broker_id, epoch=term.epoch, session=f"{term.session_id:#x}")
         log.info("broker %d is the coordinator, epoch %d", host.broker_id, term.epoch)
@@ -143,6 +147,7 @@ class TermKeeper:
             group_config=watchers.configs.get,
             ack_watch=watchers.new_watch("ack"),
             member_watch=watchers.members_watch,
+            metrics=host.metrics,
             clock=host.clock,
             wall_ms=host.wall_ms,
         )

@@ -42,6 +42,7 @@ from zkcoord.consumer.legacy.events import PROTOCOL, EventLog, PartitionsCallbac
 from zkcoord.consumer.legacy.rebalance import Ownership, Rebalancer
 from zkcoord.consumer.legacy.registry import LegacyRegistry
 from zkcoord.consumer.legacy.watches import Signals, Watches
+from zkcoord.consumer.metrics import ConsumerStats
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
@@ -106,6 +107,8 @@ class LegacyConsumer:
             on_reset=self.resets.report,
         )
         self.rebalancer = Rebalancer(self, on_partitions_revoked, on_partitions_assigned)
+        #: commit latency and failures for the metrics endpoint (no commands, no fence: those stay at 0)
+        self.stats = ConsumerStats()
         self.registrations = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -288,13 +291,13 @@ class LegacyConsumer:
             rebalances=self.rebalancer.rebalances,
             last=self.rebalancer.last,
             now=now,
-            lag=self.lag(),
+            lag=shared.lag(self.config.data_dir, self.fetcher.positions()),
             lease_valid=True,
         )
 
     def lag(self) -> int:
         """Records in the fetched partitions' logs beyond the consumed positions."""
-        return shared.lag(self.config.data_dir, self.fetcher.positions())
+        return sum(shared.lag(self.config.data_dir, self.fetcher.positions()).values())
 
     # --- for the rebalance thread -------------------------------------------------------------------------------
 
@@ -303,7 +306,13 @@ class LegacyConsumer:
         with self.ownership.lock:
             positions = {**self.ownership.stopped, **self.fetcher.positions()}
             todo = {tp: p for tp, p in positions.items() if tp in self.ownership.owned}
-            written = self.registry.commit(todo)
+            sent = self.clock()
+            try:
+                written = self.registry.commit(todo)
+            except ZkError:
+                self.stats.commit_failures.inc()
+                raise
+            self.stats.committed(self.clock() - sent)
         self.events.committed(written)
         return written
 
