@@ -155,6 +155,8 @@ class Rebalancer:
             partition_racks=partition_racks,
             group_config=group_config,
             generations=lambda group: self.generations.get(group, 0),
+            metrics=self.metrics,
+            group_state=self.group_state,
             ack_watch=ack_watch,
             clock=clock,
             wall_ms=wall_ms,
@@ -203,9 +205,7 @@ class Rebalancer:
             return Begun.SKIPPED
         if (speaks_consumer(read) or self.kip848.keeps(group, read)) and not self.writer.fence.unsafe:
             self.registrations[group] = [m.registration for m in read.snapshot.members.values()]
-            self.kip848.examine(group, read, trigger, requested_at)
-            model = self.kip848.models.get(group)
-            self.group_state[group] = "stable" if model is not None and model.stable() else "reconciling"
+            self.kip848.examine(group, read, trigger, requested_at)  # keeps group_state[group] current
             return Begun.SKIPPED
         self.kip848.forget(group)
         if self.writer.fence.unsafe and read.migrating:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from zkcoord.coordinator.acks import acknowledges
 from zkcoord.coordinator.commands import Op
 from zkcoord.coordinator.kip848.model import GroupModel, InFlight
+from zkcoord.coordinator.metrics import Metrics
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import CommandOption, decode_acknowledged
@@ -28,6 +29,7 @@ class Acknowledgements:
     epoch: int
     clock: Callable[[], float]
     models: dict[str, GroupModel]
+    metrics: Metrics
     ack_watch: Callable[[WatchEvent], None] | None
     _timers: dict[int, tuple[str, str, str]]
 
@@ -82,6 +84,7 @@ class Acknowledgements:
         del model.inflight[member]
         self._timers.pop(inflight.token, None)
         generation = inflight.generation
+        self.metrics.commands_acked[inflight.option.value] += 1
         self.journal.emit(
             "command.acked",
             group=model.group,
@@ -92,6 +95,7 @@ class Acknowledgements:
             latency_ms=round((self.clock() - inflight.sent_at) * 1000, 2) if inflight.sent_at else None,
         )
         if lost:
+            self.metrics.commands_lost[inflight.option.value] += 1
             self.journal.emit(
                 "command.lost",
                 group=model.group,

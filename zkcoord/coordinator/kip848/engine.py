@@ -49,6 +49,7 @@ from zkcoord.coordinator.kip848.model import (
     round_steps,
     state_target,
 )
+from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.snapshot import ReadResult
 from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
@@ -96,6 +97,8 @@ class Reconciler(Acknowledgements, MemberChanges):
         partition_racks: Callable[[], PartitionRacks] = dict,
         group_config: Callable[[str], GroupConfig],
         generations: Callable[[str], int] = lambda _group: 0,
+        metrics: Metrics | None = None,
+        group_state: dict[str, str] | None = None,
         ack_watch: Callable[[WatchEvent], None] | None,
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
@@ -109,6 +112,10 @@ class Reconciler(Acknowledgements, MemberChanges):
         self.group_config = group_config
         #: the highest generation this term gave each group (the classic path's): a rebuild starts above it
         self.generations = generations
+        #: the coordinator's counters, shared with the classic path (:mod:`~zkcoord.coordinator.metrics`)
+        self.metrics = metrics or Metrics()
+        #: each group's state for the metrics (the rebalancer's map, shared): kept current as phases change
+        self.group_state = group_state if group_state is not None else {}
         self.ack_watch = ack_watch
         self.clock = clock
         self.wall_ms = wall_ms
@@ -283,6 +290,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         model.basis, model.assignor = now, assignor
         model.targets = {m: changed.get(m) or model.targets[m] for m in target}
         self._requested[model.group] = requested_at
+        self.metrics.rebalances_started += 1
         self.journal.emit(
             "rebalance.started",
             group=model.group,
@@ -329,6 +337,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         ops += ops_.cleanup_ops(model)
         stable = model.stable()
         phase = GroupPhase.STABLE if stable else GroupPhase.RECONCILING
+        self.group_state[model.group] = "reconciling" if not stable else "stable" if model.members else "empty"
         if not ops and phase is model.phase:
             return
         state = GroupState(
@@ -378,6 +387,7 @@ class Reconciler(Acknowledgements, MemberChanges):
             partitions = sum(len(p) for p in command.ownership.values()) or sum(
                 len(p) for p in (command.revoke or {}).values()
             )
+            self.metrics.commands_sent[command.option.value] += 1
             self.journal.emit(
                 "command.sent",
                 group=model.group,
@@ -403,6 +413,10 @@ class Reconciler(Acknowledgements, MemberChanges):
 
     def _completed(self, model: GroupModel) -> None:
         requested = self._requested.pop(model.group, None)
+        if requested is not None:
+            self.metrics.completed((self.clock() - requested) * 1000)
+        else:  # (read back already reconciling: its request was another coordinator's)
+            self.metrics.rebalances_completed += 1
         self.journal.emit(
             "rebalance.completed",
             group=model.group,
@@ -418,6 +432,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         """Drop the group's model and examine it again shortly, from what ZooKeeper holds."""
         log.warning("group %s: %s; reading it again", group, reason)
         self.models.pop(group, None)
+        self.metrics.attempts_retried += 1
         self.journal.emit("rebalance.retrying", group=group, epoch=self.epoch, reason=reason, backoff_s=0.2)
         self.schedule(0.2, group, -1)
 
