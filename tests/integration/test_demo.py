@@ -13,7 +13,9 @@ import pytest
 
 from tests.cli import run_cli
 from zkcoord.runtime.journal import read_journal
-from zkcoord.testbed.scenario.faults import FAULTS
+from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.runner import SCENARIOS
+from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 #: each test is a whole demo (two runs, a Spark analysis): minutes, more on a machine busy with the other worker
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
@@ -37,7 +39,7 @@ def test_every_fault_kind_is_listed() -> None:
     assert set(EVIDENCE) == set(FAULTS)
     out = run_cli("demo", "--list")
     assert out.returncode == 0
-    assert all(kind in out.stdout for kind in FAULTS)
+    assert all(kind in out.stdout for kind in [*FAULTS, *STEPS, *UPGRADE_STEPS, *SCENARIOS])
 
 
 def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5_and_commits_unprocessed_records(
@@ -121,3 +123,38 @@ def test_every_fault_kind_keeps_every_property_under_incremental_rebalances(tmp_
     # Most rebalances moved only what changed; each group's first, and the faults' aftermaths (a retry, a takeover),
     # were eager.
     assert modes.count("incremental") > modes.count("eager") > 0, modes
+
+
+def test_kip848_migration_scenario_rolls_the_group_onto_the_consumer_protocol_through_its_faults(
+    tmp_path: Path,
+) -> None:
+    """The safe run alone (its --unsafe contrast is the default scenario's, tested above): the static group rolled
+    from eager onto the consumer protocol with a member killed mid-roll, the coordinator paused mid-roll and killed
+    right after the switch, mid-reconciliation; every property holds."""
+    out = run_cli(
+        "demo", "--scenario", "kip848-migration", "--no-contrast", "--duration", "12",
+        "--run-dir", str(tmp_path / "k"), "--json", timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    report = json.loads(out.stdout)
+    (safe,) = report["runs"]
+    assert not safe["problems"], safe["problems"]  # among them: "upgrade unfinished", "never took billing over"
+    expected = {"upgrade-consumer": 3, "consumer-kill": 1, "coordinator-pause": 1, "coordinator-resume": 1}
+    assert {k: safe["faults"].get(k, 0) for k in [*expected, "coordinator-kill"]} == {**expected, "coordinator-kill": 1}
+    assert report["verdict"]["runs"][0]["ok"], report["verdict"]["runs"][0]
+    journal = sorted(read_journal(tmp_path / "k" / "safe" / "journal"), key=lambda e: (e.ts_ms, e.pid, e.seq))
+    billing = [e for e in journal if e.fields.get("group") == "billing" or e.event == "fault.injected"]
+    [switch] = [i for i, e in enumerate(billing) if e.event == "kip848.rebuilt"]
+    started = [(i, e.fields) for i, e in enumerate(billing) if e.event == "rebalance.started"]
+    assert {f["mode"] for i, f in started if i < switch} == {"eager"}, "the mixed group was not run classically"
+    # From the switch on, the consumer protocol runs the group (the classic path only empties it as its members
+    # leave at the end of the run).
+    after = [f["mode"] for i, f in started if i > switch and f["members"]]
+    assert after and set(after) == {"consumer"}, started
+    stopped = [e.fields for e in billing[switch:] if e.event == "command.sent" and e.fields["option"] == "stop-fetcher"]
+    assert all(f["partitions"] for f in stopped), f"a member was stopped entirely after the switch: {stopped}"
+    # The coordinator died where the consumer-protocol engine had revocations in flight, and a successor carried
+    # the group on from its records.
+    [kill] = [i for i, e in enumerate(billing) if e.fields.get("fault") == "point:kill"]
+    assert billing[kill].fields["detail"] == "coordinator.mid_reconcile" and kill > switch
+    assert any(e.event == "kip848.resumed" for e in billing[kill:]), "no successor carried the group on"

@@ -69,9 +69,12 @@ class ReportData:
                 .where(F.col("_n") <= MAX_ROWS)
                 .select(F.lit(kind).alias("kind"), "run", F.to_json(F.struct(*df.columns)).alias("row"))
             )
+        # to_json leaves a null column out of its object: every row gets every column of its table back, None
+        # where null (a consumer-protocol rebalance finished by a successor coordinator has no latency, say).
+        columns = {kind: dict.fromkeys(df.columns) for kind, df in limited.items()}
         for row in functools.reduce(DataFrame.unionByName, parts).collect():
             target: dict[str, list[dict[str, Any]]] = getattr(data, row["kind"])
-            target[row["run"]].append(json.loads(row["row"]))
+            target[row["run"]].append(columns[row["kind"]] | json.loads(row["row"]))
         for rows in data.progress.values():
             rows.sort(key=lambda r: r["bucket"])
         return data

@@ -12,17 +12,21 @@ from zkcoord.cli.common import echo_json
 from zkcoord.testbed.scenario.cluster import Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
 from zkcoord.testbed.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
+from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 
 def _list() -> None:
     click.echo("Scenarios (zkcoord demo --scenario NAME):")
     for s in SCENARIOS.values():
-        click.echo(f"  {s.name:<10} {s.description}")
+        click.echo(f"  {s.name:<16} {s.description}")
     click.echo("\nFaults, each injected for real:")
     for f in FAULTS.values():
         click.echo(f"  {f.kind:<19} {f.description}")
     click.echo("\nSteps of the migration scenario:")
     for f in STEPS.values():
+        click.echo(f"  {f.kind:<19} {f.description}")
+    click.echo("\nSteps of the kip848-migration scenario:")
+    for f in UPGRADE_STEPS.values():
         click.echo(f"  {f.kind:<19} {f.description}")
 
 

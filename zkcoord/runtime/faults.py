@@ -40,6 +40,8 @@ POINTS: dict[str, str] = {
     "coordinator.before_start": "every stop-fetcher is acknowledged, before any start-fetcher is written",
     "coordinator.before_stable": "every start-fetcher is acknowledged, before the group is marked stable",
     "coordinator.mid_handover": "a hand-over's stop- and start-fetchers are written, before any is acknowledged",
+    "coordinator.mid_reconcile": "a consumer-protocol (KIP-848) round's revocations are written, before any is "
+    "acknowledged",
     "consumer.after_revoke": "a consumer's on_partitions_revoked returned inside poll(), before its stop is finished",
 }
 

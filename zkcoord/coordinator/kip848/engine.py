@@ -60,6 +60,7 @@ from zkcoord.layout.kip848 import GroupEpochs, MemberTarget
 from zkcoord.protocol.assignors import PartitionRacks
 from zkcoord.protocol.kip848 import Kip848Error
 from zkcoord.protocol.subscriptions import resolve
+from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, WatchKind, ZkClient
 
@@ -399,6 +400,8 @@ class Reconciler(Acknowledgements, MemberChanges):
             )
             if command.option is CommandOption.STOP_FETCHER:
                 self._arm(model, step.member, inflight)
+        if any(command.option is CommandOption.STOP_FETCHER for _, command in commands):
+            fault_point("coordinator.mid_reconcile", self.journal)  # revocations written, none acknowledged
         self._watch(model, paths_written)
 
     def _arm(self, model: GroupModel, member: str, inflight: InFlight) -> None:

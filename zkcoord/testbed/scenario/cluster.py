@@ -62,8 +62,14 @@ class Member:
     group: str
     proc: ChildProcess
     via_proxy: bool = False
-    #: ``coordinator``, ``zk-client``, or ``migrating`` (a coordinator consumer started with ``--migrating``)
+    #: ``coordinator`` (the coordinator's classic protocol), ``zk-client``, ``migrating`` (a coordinator consumer
+    #: started with ``--migrating``), or ``consumer`` (KIP-848's consumer protocol: ``--protocol consumer``)
     kind: str = "coordinator"
+
+    @property
+    def beside_zk_client(self) -> bool:
+        """Whether this member belongs to a zk-client migration (the group is settled the migration's way)."""
+        return self.kind in ("zk-client", "migrating")
 
 
 @dataclass
@@ -150,9 +156,10 @@ class RunCluster:
     def start_consumer(
         self, group: str, *, via_proxy: bool = False, kind: str = "coordinator", extra: tuple[str, ...] = ()
     ) -> Member:
-        """Start a consumer of ``group``: ``kind`` is ``coordinator``, ``zk-client`` or ``migrating``; ``extra``:
-        more ``zkcoord consume`` options.  In an unsafe run a ``migrating`` consumer is started without
-        ``--migrating`` (the contrast: a naive migration)."""
+        """Start a consumer of ``group``: ``kind`` is ``coordinator``, ``zk-client``, ``migrating`` or ``consumer``;
+        ``extra``: more ``zkcoord consume`` options.  In an unsafe run a ``migrating`` consumer is started without
+        ``--migrating`` (the contrast: a naive migration), and a ``consumer`` one with ``--unsafe`` like every
+        coordinator consumer (its brokers, fences off, run its group by the classic path)."""
         w = self.workload
         if group == w.static_group:
             subscription = ["--topic", f"{w.static_topic}:{w.static_threads}"]
@@ -165,7 +172,9 @@ class RunCluster:
             args += LEGACY_ARGS
         elif kind == "migrating" and not self.unsafe:
             args.append("--migrating")
-        if kind != "zk-client" and w.rebalance == "incremental":
+        elif kind == "consumer":
+            args += ["--protocol", "consumer"]
+        if kind not in ("zk-client", "consumer") and w.rebalance == "incremental":
             args += ["--rebalance", "incremental"]
         if self.unsafe and kind != "zk-client":
             args.append("--unsafe")
@@ -213,15 +222,19 @@ class RunCluster:
         return [self.workload.static_group, self.workload.wildcard_group]
 
     def stable(self, group: str, members: int | None = None) -> bool:
-        """The group's state is STABLE with ``members`` members (and, while it migrates, see :meth:`migrated`)."""
+        """The group's state is STABLE with ``members`` members (while it migrates from zk-client, see
+        :meth:`migration_settled`).  A consumer-protocol group is stable when every member reached its target
+        (the phase is ``stable``, not ``reconciling``)."""
         live = self.live_members(group)
-        if any(m.kind != "coordinator" for m in live):
+        if any(m.beside_zk_client for m in live):
             return self.migration_settled(group, live)
         try:
             description = describe_group(self.admin, group, self.data_dir)
         except ZkCoordError:  # not there yet, or mid-change: not stable
             return False
         if description.state is not GroupStatus.STABLE or description.membership_changed:
+            return False
+        if description.persisted is not None and description.persisted.phase is GroupPhase.RECONCILING:
             return False
         return members is None or len(description.members) == members
 

@@ -23,6 +23,7 @@ from zkcoord.errors import ConfigurationError
 from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 Say = Callable[[str], None]
 
@@ -36,6 +37,9 @@ class Scenario:
     fixed: int = 1
     #: the static group starts under the zk-client protocol (the migration scenario)
     legacy_static: bool = False
+    #: the static group is rolled onto KIP-848's consumer protocol (the kip848-migration scenario): every classic
+    #: member must be gone at the end, and in a safe run the consumer protocol must have taken the group over
+    to_consumer_protocol: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -59,6 +63,14 @@ SCENARIOS: dict[str, Scenario] = {
                  "onto the coordinator one at a time with --migrating, while producing; the --unsafe contrast rolls "
                  "them without --migrating (a naive migration)",
                  ("migrate-consumer",) * Workload().static_consumers, fixed=0, legacy_static=True),
+        Scenario("kip848-migration",
+                 "the static group, run by the coordinator's eager protocol, rolled onto KIP-848's consumer protocol "
+                 "one member at a time while producing: a member killed mid-roll, the coordinator paused past its "
+                 "session mid-roll, and killed mid-reconciliation right after the switch; the --unsafe contrast "
+                 "rolls the same way with the fences off, where the coordinator never uses the consumer protocol "
+                 "(classic eager throughout) and the zombie and the kill land in classic rebalances",
+                 ("upgrade-consumer", "member-kill", "upgrade-zombie", "upgrade-failover"), fixed=4,
+                 to_consumer_protocol=True),
     )
 }  # fmt: skip
 
@@ -117,6 +129,8 @@ class JournalTail:
         self.consumed = 0
         self.rebalances = 0
         self.faults: Counter[str] = Counter()
+        #: groups a coordinator took over for the consumer protocol (``kip848.rebuilt``)
+        self.rebuilt: set[str] = set()
 
     def poll(self) -> None:
         for path in self.directory.glob("*.jsonl"):
@@ -143,6 +157,8 @@ class JournalTail:
             self.rebalances += 1
         elif kind == "fault.injected":
             self.faults[str(event.get("fault"))] += 1
+        elif kind == "kip848.rebuilt":
+            self.rebuilt.add(str(event.get("group")))
 
 
 def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
@@ -177,7 +193,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
             progress(f"fault {i + 1}/{len(order)}: {kind}")
             try:
-                detail = {**FAULTS, **STEPS}[kind].run(cluster, rng, say)
+                detail = {**FAULTS, **STEPS, **UPGRADE_STEPS}[kind].run(cluster, rng, say)
             except ProcessError as e:
                 result.problems.append(f"{kind}: {e}")
                 say(f"[{label}] fault {kind} did not settle: {e}")
@@ -192,6 +208,8 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             left = [m for m in cluster.live_members(config.workload.static_group) if m.kind == "zk-client"]
             if left:
                 result.problems.append(f"migration unfinished: {len(left)} zk-client consumers left")
+        if scenario.to_consumer_protocol:
+            _check_upgraded(cluster, tail, result)
     finally:
         cluster.close()
     tail.poll()
@@ -217,6 +235,18 @@ def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:
     for _ in range(w.wildcard_consumers):
         cluster.start_consumer(w.wildcard_group)
     cluster.wait_all_stable(60)
+
+
+def _check_upgraded(cluster: RunCluster, tail: JournalTail, result: RunResult) -> None:
+    """The static group rolled onto the consumer protocol: no classic member left and, fences on, the coordinator
+    ran it by the consumer protocol (fences off it never does: the contrast runs classic eager throughout)."""
+    group = cluster.workload.static_group
+    left = [m for m in cluster.live_members(group) if m.kind == "coordinator"]
+    if left:
+        result.problems.append(f"upgrade unfinished: {len(left)} classic members left in {group}")
+    tail.poll()
+    if not cluster.unsafe and group not in tail.rebuilt:
+        result.problems.append(f"the consumer protocol never took {group} over (no kip848.rebuilt)")
 
 
 def _wait_until_time(started: float, offset: float, tick: Callable[[], None]) -> None:
