@@ -5,6 +5,7 @@ coordinator carries on from them."""
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli import run_cli
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_incremental import events
@@ -189,6 +191,16 @@ def test_a_static_member_restarting_gets_its_partitions_back_and_disturbs_nobody
     assert targets_after[new_a].partitions == targets[old_a].partitions, "it got its partitions back"
     assert targets_after[id_b] == targets[id_b]
     assert len([e for e in events(run, "s", "command.sent") if e["consumer"] == id_b]) == sent_to_b, "b disturbed"
+    # group describe shows the records: the epochs, and per member its epoch, state, partitions and instance id.
+    described = json.loads(run_cli("group", "describe", "s", "--json", "--zk", run.hosts).stdout)
+    records_json = described["kip848"]
+    assert records_json["group_epoch"] == after.group_epoch == records_json["assignment_epoch"]
+    assert records_json["members"][new_a]["state"] == "STABLE"
+    assert records_json["members"][new_a]["assigned"] == {"t": sorted(p for _, p in targets[old_a].partitions.pairs())}
+    by_id = {m["consumer_id"]: m for m in described["members"]}
+    assert by_id[new_a]["protocol"] == "consumer" and by_id[new_a]["instance_id"] == "a"
+    text = run_cli("group", "describe", "s", "--zk", run.hosts).stdout
+    assert f"consumer protocol (KIP-848): group epoch {after.group_epoch}" in text and "INSTANCE-ID" in text
     duplicate = run.consumer("s", "t", extra=(*CONSUMER, "--instance-id", "b"))
     assert duplicate.wait(timeout=30) != 0
     assert "instance id 'b' is held by another live member" in duplicate.log_path.read_text()

@@ -41,15 +41,16 @@ class Protocol(Enum):
     """The protocol a member speaks (``PROTOCOL`` in ``group describe``; the value in ``--json``).
 
     ``eager`` and ``incremental`` are the coordinator's protocol in its two rebalance modes; ``migrating`` is a
-    coordinator member that also claims Kafka 0.8's owner znodes (``--migrating``).  ``unknown``: no registration
-    of the member can be read.  Issue 17's ``classic`` and issue 16's KIP-848 ``consumer`` (Kafka's group type
-    names) are to join here.
+    coordinator member that also claims Kafka 0.8's owner znodes (``--migrating``); ``consumer`` is KIP-848's
+    consumer protocol (``--protocol consumer``, Kafka's group type name).  ``unknown``: no registration of the member
+    can be read.  Issue 17's ``classic`` is to join here.
     """
 
     ZK_CLIENT = "zk-client"
     EAGER = "eager"
     INCREMENTAL = "incremental"
     MIGRATING = "migrating"
+    CONSUMER = "consumer"
     UNKNOWN = "unknown"
 
     @property
@@ -63,6 +64,8 @@ class GroupStatus(Enum):
 
     STABLE = "stable"
     REBALANCING = "rebalancing"
+    #: a consumer-protocol group whose members are still reconciling to its target (KIP-848's RECONCILING)
+    RECONCILING = "reconciling"
     FAILED = "failed"
     EMPTY = "empty"
     UNKNOWN = "unknown"
@@ -83,6 +86,8 @@ def protocol_of(coordinator: Registered | None, legacy: Registered | None) -> Pr
         reg = coordinator.registration
         if reg is None:
             return Protocol.UNKNOWN
+        if reg.consumer_protocol:
+            return Protocol.CONSUMER
         return Protocol.INCREMENTAL if reg.incremental else Protocol.EAGER
     return Protocol.ZK_CLIENT if readable else Protocol.UNKNOWN
 
@@ -153,6 +158,8 @@ class MemberView:
             "subscription": dict(reg.subscription) if reg else None,
             "timestamp_ms": reg.timestamp_ms if reg else None,
             "threads": self.threads,
+            "instance_id": reg.instance_id if reg else None,
+            "rack": reg.rack if reg else None,
             "partitions": self.owned,
             "pending": self.pending,
         }
@@ -207,6 +214,8 @@ def derive_status(
             return GroupStatus.FAILED
         if state.phase in (GroupPhase.STOPPING, GroupPhase.STARTING):
             return GroupStatus.REBALANCING
+        if state.phase is GroupPhase.RECONCILING:
+            return GroupStatus.RECONCILING
     if (unclaimed or pending) and any(m.protocol.claims_0_8 for m in members.values()):
         status = GroupStatus.REBALANCING
     return status

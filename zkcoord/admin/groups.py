@@ -57,6 +57,7 @@ from zkcoord.admin.group_merge import (
     with_counts,
 )
 from zkcoord.admin.group_reads import GroupRead, Key, Layout, group_names, read_groups
+from zkcoord.admin.kip848_view import Kip848View, read_kip848
 from zkcoord.data.partlog import PartitionReader
 from zkcoord.errors import InvalidNameError, LogError, ZkCoordError
 from zkcoord.layout import paths
@@ -156,6 +157,8 @@ class GroupDescription:
     migration: dict[str, Any] | None = None
     unclaimed: tuple[Key, ...] = ()
     ownership_problems: tuple[str, ...] = ()
+    #: a consumer-protocol group's KIP-848 records (``None``: it has none)
+    kip848: Kip848View | None = None
 
     @property
     def generation(self) -> int | None:
@@ -188,6 +191,7 @@ class GroupDescription:
                 "target": encode_ownership(st.target),
             },
             "membership_changed": self.membership_changed,
+            "kip848": None if self.kip848 is None else self.kip848.to_json(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -240,6 +244,7 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     )
     problems.extend(_member_problems(m.members))
     problems.extend(m.alarms)
+    kip848 = read_kip848(zk, group, problems) if Layout.COORDINATOR.value in m.layouts else None
     return GroupDescription(
         group=group,
         state=m.status,
@@ -253,6 +258,7 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
         migration=migration(m.views, m.persisted),
         unclaimed=tuple(m.unclaimed),
         ownership_problems=m.alarms,
+        kip848=kip848,
     )
 
 

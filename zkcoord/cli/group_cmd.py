@@ -25,6 +25,7 @@ from zkcoord.admin.group_merge import DOUBLE_OWNER
 from zkcoord.admin.group_reads import Layout
 from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, PartitionView, describe_group
 from zkcoord.admin.groups import list_groups as read_groups
+from zkcoord.admin.kip848_view import Kip848View, member_rows
 from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
 from zkcoord.cli.group_config_cmd import config, config_lines, effective_config
 from zkcoord.layout.group_state import GroupPhase
@@ -125,8 +126,28 @@ def _header(d: GroupDescription) -> list[str]:
             lines.append(f"note: the members changed since generation {st.generation} was formed; a rebalance is due")
     if d.protocols:
         lines.append("protocols: " + ", ".join(f"{name} {n}" for name, n in d.protocols.items()))
+    if d.kip848 is not None:
+        e = d.kip848.epochs
+        epochs = "(unreadable)" if e is None else f"group epoch {e.group_epoch}, assignment epoch {e.assignment_epoch}"
+        behind = [
+            m.consumer_id
+            for m in d.members
+            if m.protocol.value == "consumer" and not d.kip848.reconciled(m.consumer_id)
+        ]
+        lines.append(
+            f"consumer protocol (KIP-848): {epochs}" + (f"; reconciling: {', '.join(behind)}" if behind else "")
+        )
     lines.extend(_migration_lines(d))
     return lines
+
+
+def _kip848_line(d: GroupDescription, view: Kip848View) -> str:
+    """The consumer protocol's epochs, and the members not reconciled to the assignment epoch yet."""
+    e = view.epochs
+    line = "consumer protocol (KIP-848): "
+    line += "(unreadable)" if e is None else f"group epoch {e.group_epoch}, assignment epoch {e.assignment_epoch}"
+    behind = [m.consumer_id for m in d.members if m.protocol.value == "consumer" and not view.reconciled(m.consumer_id)]
+    return line + (f"; reconciling: {', '.join(behind)}" if behind else "")
 
 
 def _migration_lines(d: GroupDescription) -> list[str]:
@@ -171,6 +192,11 @@ def _print_members(d: GroupDescription) -> None:
     pending = any(m.pending for m in d.members)
     headers = ["CONSUMER-ID", "HOST", "PROTOCOL", "COUNTED-AS", "PATTERN", "SUBSCRIPTION", "THREADS", "PARTITIONS"]
     _table([*headers, *(["PENDING"] if pending else [])], [_member_row(m, pending) for m in d.members])
+    if d.kip848 is not None and d.kip848.members:
+        extra = {m.consumer_id: (m.registration.instance_id, m.registration.rack) for m in d.members if m.registration}
+        click.echo()
+        headers = ["CONSUMER-ID", "INSTANCE-ID", "RACK", "EPOCH", "STATE", "ASSIGNED", "REVOKING", "TARGET"]
+        _table(headers, member_rows(d.kip848, extra))
 
 
 def _note(p: PartitionView) -> str:
