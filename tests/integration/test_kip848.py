@@ -151,12 +151,18 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_held
         TopicAdmin(cluster.admin_zk).create("t", 4)
         hung = cluster.consumer("h", {"t": 1}, consumer_protocol=True, stop_ack_delay_s=60.0)
         hung.wait_for(lambda c: len(c.partitions()) == 4)
+        claimed = {p: cluster.admin_zk.exists(paths.owner("h", "t", p)) for p in range(4)}  # what its claims read
         joiner = cluster.consumer("h", {"t": 1}, consumer_protocol=True)
         wait_until(lambda: bool(cluster.events("kip848.member_fenced")), 10, "the hung member fenced")
         [fenced] = cluster.events("kip848.member_fenced")
         assert fenced.fields["consumer"] == hung.consumer_id
         gone = paths.member("h", hung.consumer_id)
         wait_until(lambda: cluster.admin_zk.exists(gone) is None, 5, "its registration deleted")
+        # Its late commits are refused (FENCED_MEMBER_EPOCH): the fence moved the version of every owner znode it
+        # held, so a commit conditional on the version its claim read no longer matches.
+        for p, before in claimed.items():
+            now = cluster.admin_zk.exists(paths.owner("h", "t", p))
+            assert before is not None and now is not None and now.version > before.version, f"t/{p} not fenced"
         joiner.wait_for(lambda c: len(c.partitions()) == 4, timeout=15)
         [released] = cluster.events("kip848.member_released")
         grants = [e for e in cluster.events("command.sent", consumer=joiner.consumer_id) if e.fields["partitions"] >= 3]
