@@ -33,12 +33,24 @@ _COORDINATOR_STEPS = (
     ("start_applied_last", "last start"),
     ("completed", "completed"),
 )
-_COORDINATED = ("coordinator", "incremental")
+_CONSUMER_STEPS = (
+    ("requested", "requested"),
+    ("started", "epoch bump"),
+    ("stop_applied_first", "1st stop"),
+    ("stop_applied_last", "last stop"),
+    ("start_applied_first", "1st start"),
+    ("start_applied_last", "last start"),
+    ("fetching", "all fetch"),
+    ("completed", "stable"),
+)
+_COORDINATED = ("coordinator", "incremental", "consumer")
 #: the comparison's ratios shown in the notes: key suffix, numerator, denominator
 _RATIOS = (
     ("legacy_over_coordinator", "zk-client", "coordinator"),
     ("legacy_over_incremental", "zk-client", "incremental"),
     ("coordinator_over_incremental", "coordinator", "incremental"),
+    ("legacy_over_consumer", "zk-client", "consumer"),
+    ("incremental_over_consumer", "incremental", "consumer"),
 )
 _LEGACY_STEPS = (
     ("first_attempt", "1st attempt"),
@@ -134,13 +146,18 @@ def format_notes(document: dict[str, Any]) -> list[str]:
             f"zk-client: rebalance.backoff {cfg['legacy_backoff_s']:g} s, rebalance.max.retries "
             f"{cfg['legacy_max_retries']} (Kafka 0.8.2's defaults: 2 s, 4); retries counts legacy.rebalance.retrying."
         )
-    coordinated = [p for p in ("coordinator", "incremental") if p in cfg["protocols"]]
+    coordinated = [p for p in _COORDINATED if p in cfg["protocols"]]
     if coordinated:
         lines.append(f"{' and '.join(coordinated)}: retries counts rebalance.retrying and rebalance.aborted.")
     if "incremental" in cfg["protocols"]:
         lines.append(
             "incremental: the coordinator with every member registered for incremental rebalances (uniform "
             "assignor; settled = every partition fetched once, shares balanced, every start-fetcher sent applied)."
+        )
+    if "consumer" in cfg["protocols"] and document["summary"]:
+        lines.append(
+            "consumer: KIP-848 (group epochs, reconciliation member by member, uniform assignor); a change ends when "
+            "the coordinator writes the group stable, every member at the assignment epoch (rebalance.completed)."
         )
     comparison = document["comparison"]
     for kind in ("join", "leave"):
@@ -173,6 +190,7 @@ def format_breakdown(document: dict[str, Any]) -> list[str]:
     for protocol, steps in (
         ("coordinator", _COORDINATOR_STEPS),
         ("incremental", _COORDINATOR_STEPS),
+        ("consumer", _CONSUMER_STEPS),
         ("zk-client", _LEGACY_STEPS),
     ):
         rows = [r for r in document["summary"] if r["protocol"] == protocol and r["completed"]]
@@ -211,6 +229,62 @@ def format_cpu(document: dict[str, Any]) -> list[str]:
     return lines
 
 
+def format_roles(document: dict[str, Any]) -> list[str]:
+    """ZooKeeper requests per change by who sent them (p50), with the consumer protocol's steps and acks."""
+    rows = [
+        r for r in document["summary"] if any(v is not None for v in (r.get("zk_requests_by_role_p50") or {}).values())
+    ]
+    if not rows:
+        return []
+    lines = [
+        "ZooKeeper requests per change by session, p50 (subject: the member joining; one leaving has closed its",
+        "session: its requests are in other); acks: command.acked; steps: kip848.member_step",
+        f"  {'protocol':<11} {'change':<6} {'total':>7} {'coord':>7} {'subject':>8} {'members':>8} {'other':>7}"
+        f" {'acks':>5} {'steps':>6}",
+    ]
+    for r in rows:
+        roles = r["zk_requests_by_role_p50"]
+        lines.append(
+            f"  {r['protocol']:<11} {r['kind']:<6} {_num(r['zk_requests_per_rebalance']):>7} "
+            f"{_num(roles.get('coordinator')):>7} {_num(roles.get('subject')):>8} {_num(roles.get('members')):>8} "
+            f"{_num(roles.get('other')):>7} {_num(r.get('acks_p50')):>5} {_num(r.get('member_steps_p50')):>6}"
+        )
+    return lines
+
+
+def format_rolling(document: dict[str, Any]) -> list[str]:
+    """The rolling restart of static members: per restart, and the summary against the session timeout."""
+    rolling = document.get("rolling_restart")
+    if not rolling:
+        return []
+    s = rolling["summary"]
+    lines = [
+        f"Rolling restart (consumer protocol, static members): {rolling['consumers']} members over "
+        f"{rolling['partitions']} partitions, {s['restarts']} restarted one after the other"
+        f" ({'formed' if rolling['formed'] else 'NOT formed'} in {_num(rolling['form_s'], 1)} s)",
+        f"  {'#':>3} {'instance':<9} {'done':<5} {'moved':>5} {'gap ms':>7} {'back ms':>8} {'stable ms':>9}"
+        f" {'close ms':>8} {'start ms':>8} {'bumps':>5} {'disturbed':>9} {'ZK req':>7}",
+    ]
+    for r in rolling["restarts"]:
+        lines.append(
+            f"  {r['index'] + 1:>3} {r['instance_id']:<9} {'yes' if r['completed'] else 'NO':<5} {r['moved']:>5} "
+            f"{r['gap_ms']:>7} {_num(r['back_ms']):>8} {_num(r['stable_ms']):>9} {_num(r['closed_ms']):>8} "
+            f"{_num(r['started_ms']):>8} {r['epoch_bumps']:>5} {r['disturbed']:>9} {_num(r['zk_requests']):>7}"
+        )
+    gap = s["gap_ms"] or {}
+    verdict = {True: "under", False: "NOT under", None: "-"}[s["gap_under_session_timeout"]]
+    lines += [
+        f"  completed {s['completed']}/{s['restarts']}, replaced in place {s['replaced']}; partitions moved to another"
+        f" member: {s['moved_partitions']} ({'none' if s['no_partition_moved'] else 'SOME'}); group epoch bumps: "
+        f"{s['epoch_bumps']}; other members sent a command: {s['disturbed']}",
+        f"  longest time one partition was not fetched: p50 {_num(gap.get('p50'))} ms, max {_num(gap.get('max'))} ms,"
+        f" {verdict} the session timeout ({s['session_timeout_ms']:g} ms); back (new consumer fetching) p50 "
+        f"{_num((s['back_ms'] or {}).get('p50'))} ms, stable p50 {_num((s['stable_ms'] or {}).get('p50'))} ms; "
+        f"ZK requests per restart p50 {_num(s['zk_requests_p50'])}",
+    ]
+    return lines
+
+
 def format_report(document: dict[str, Any]) -> str:
     parts = ["", *format_table(document), "", *format_notes(document)]
     breakdown = format_breakdown(document)
@@ -219,6 +293,12 @@ def format_report(document: dict[str, Any]) -> str:
     commands = format_commands(document)
     if commands:
         parts += ["", *commands]
+    roles = format_roles(document)
+    if roles:
+        parts += ["", *roles]
     if document["summary"]:
         parts += ["", *format_cpu(document)]
+    rolling = format_rolling(document)
+    if rolling:
+        parts += ["", *rolling]
     return "\n".join(parts)
