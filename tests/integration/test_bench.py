@@ -91,6 +91,7 @@ SUMMARY_KEYS = {
     "from_command_ms_p50",
     "x_floor_watch",
     "x_floor_write",
+    "x_floor_idle",
     "legacy_backoff_s",
     "breakdown_ms_p50",
     "commanded_p50",

@@ -21,6 +21,7 @@ def test_a_small_run_writes_every_row(tmp_path: Path, capsys: pytest.CaptureFixt
         ("homogeneous", "incremental"),
         ("homogeneous", "full"),
         ("homogeneous", "threads"),
+        ("homogeneous", "coordinator (KIP-848)"),
         ("homogeneous", "leave (incremental)"),
         ("heterogeneous", "full"),
     }

@@ -17,7 +17,9 @@ This benchmark times the same join three ways:
   validates every member's partitions (``O(P)``);
 * ``threads``: :func:`~zkcoord.protocol.assignors.uniform_assign`, the thread-level form the coordinator's
   incremental rebalance calls with the ownership registry (``topic -> partition -> thread``) as ``previous``: the
-  full computation plus the conversions from and to threads.
+  full computation plus the conversions from and to threads;
+* ``coordinator (KIP-848)``: :func:`~zkcoord.coordinator.kip848.model.compute_target`, what the consumer protocol's
+  coordinator calls at a group-epoch bump, with the previous target: the full computation plus its conversions.
 
 and, for reference, ``leave`` (:meth:`~zkcoord.protocol.assignors.UniformGroup.leave` of one member) and the
 heterogeneous case of Kafka's benchmark (members in 5 buckets, each bucket on its own fifth of the topics; the new
@@ -111,6 +113,7 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
     moved = sum(len(ps) for ps in joined.assignment[joiner].values())
     thread_subs = dict.fromkeys([*old, joiner], dict.fromkeys(names, 1))  # one dict shared: identical subscriptions
     previous = _to_threads(dict(group.assignment))
+    targets = {m: PartitionSet.of(h) for m, h in group.assignment.items()}
     shape = {"members": members, "ratio": ratio, "topics": topics, "partitions": per_topic * topics, "moved": moved}
     rows = [
         {**shape, "case": "homogeneous", "how": "incremental", **_timed(lambda: group.join(joiner), repeats)},
@@ -125,6 +128,12 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
             "case": "homogeneous",
             "how": "threads",
             **_timed(lambda: uniform_assign(thread_subs, counts, previous), max(3, repeats // 4)),
+        },
+        {
+            **shape,
+            "case": "homogeneous",
+            "how": "coordinator (KIP-848)",
+            **_timed(lambda: compute_target("uniform", thread_subs, counts, targets), max(3, repeats // 4)),
         },
     ]
     leaver = old[len(old) // 2]
@@ -211,12 +220,12 @@ def run(members: int, ratio: int, topics: Sequence[int], repeats: int) -> dict[s
 
 def table(document: dict[str, Any]) -> str:
     lines = [
-        f"{'case':<14} {'how':<20} {'members':>8} {'topics':>6} {'partitions':>10} {'moved':>5} "
+        f"{'case':<14} {'how':<22} {'members':>8} {'topics':>6} {'partitions':>10} {'moved':>5} "
         f"{'median ms':>10} {'mean ms':>9} {'min ms':>8}"
     ]
     for r in document["rows"]:
         lines.append(
-            f"{r['case']:<14} {r['how']:<20} {r['members']:>8} {r['topics']:>6} {r['partitions']:>10} {r['moved']:>5} "
+            f"{r['case']:<14} {r['how']:<22} {r['members']:>8} {r['topics']:>6} {r['partitions']:>10} {r['moved']:>5} "
             f"{r['median_ms']:>10.3f} {r['mean_ms']:>9.3f} {r['min_ms']:>8.3f}"
         )
     lines.append(f"Kafka (Java, JMH avgt) homogeneous join at 10000 x 10, 100 topics: {KAFKA_ANCHOR_MS} ms")

@@ -144,10 +144,10 @@ def rebalance(
     rebalance (the server's own counters), conflicts and retries; and latency as a multiple of the ZooKeeper floor
     measured in the same run; ZooKeeper requests by who sent them (coordinator, the member joining, the others).
 
-    --scenario rolling-restart (consumer protocol): a group of CONSUMERS static members (instance ids) over the
-    first topic; each member in turn is closed and started again with its instance id.  Per restart: whether any
-    partition moved to another member (KIP-848: none), the longest time one partition was not fetched beside the
-    session timeout, and when the group was stable again.
+    --scenario rolling-restart (consumer protocol): one group of CONSUMERS static members (instance ids) over the
+    first topic, whatever --groups; each member in turn is closed and started again with its instance id.  Per
+    restart: whether any partition moved to another member (KIP-848: none), the longest time one partition was not
+    fetched beside the session timeout, and when the group was stable again.
 
     Progress while it runs, a table at the end, JSON to --out.
     """

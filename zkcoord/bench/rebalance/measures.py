@@ -399,6 +399,11 @@ def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str
                 "from_command_ms_p50": _median([float(c.from_command_ms) for c in completed if c.from_command_ms]),
                 "x_floor_watch": round(p50 / floor.watch, 1) if p50 is not None and floor.watch > 0 else None,
                 "x_floor_write": round(p50 / floor.write, 1) if p50 is not None and floor.write > 0 else None,
+                "x_floor_idle": (
+                    round(p50 / run.floor_loaded.watch, 1)
+                    if p50 is not None and run.floor_loaded is not None and run.floor_loaded.watch > 0
+                    else None
+                ),
                 "legacy_backoff_s": cfg.legacy_backoff_s if run.protocol == LEGACY else None,
                 "breakdown_ms_p50": breakdown_p50,
                 "commanded_p50": _median([float(c.commanded) for c in completed if c.commanded is not None]),

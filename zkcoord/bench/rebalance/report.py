@@ -105,8 +105,7 @@ def format_table(document: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_notes(document: dict[str, Any]) -> list[str]:
-    cfg = document["config"]
+def _floor_notes(document: dict[str, Any]) -> list[str]:
     floor = document["floor"]["quiet"]
     lines = [
         f"ZooKeeper floor (quiet server, medians of {floor['samples']}): a write {floor['write_ms']['p50']:.2f} ms, "
@@ -119,21 +118,46 @@ def format_notes(document: dict[str, Any]) -> list[str]:
             f" the two client sessions {cpu[1]:.2f} ms; per read: the server {cpu[2]:.2f} ms, the client"
             f" {cpu[3]:.2f} ms."
         )
-    for run in document["protocols"]:
-        formation = ", ".join(f"{v} {k}" for k, v in (run.get("formation") or {}).items() if v)
-        settled = "settled" if run["formed"] else "did NOT settle"
+    idle = [run["floor_loaded"]["watch_ms"]["p50"] for run in document["protocols"] if run.get("floor_loaded")]
+    if idle and floor["watch_ms"]["p50"] > 2 * min(idle):
         lines.append(
-            f"{run['protocol']}: forming the group(s) (every consumer starting at once) {settled} in "
-            f"{_num(run['form_s'], 1)} s ({formation or 'no events'})"
+            f"NOTE: the quiet floor ({floor['watch_ms']['p50']:.2f} ms) is over twice the lowest floor measured with a "
+            f"protocol's groups idle ({min(idle):.2f} ms): it was taken during a disturbance (other processes); read "
+            "x floor beside x idle, each change over its own protocol's idle floor (x_floor_idle)."
         )
-        loaded = run["floor_loaded"]
-        if loaded:
-            lines.append(
-                f"  with the {run['protocol']} groups formed and idle: write {loaded['write_ms']['p50']:.2f} ms, "
-                f"watched {loaded['watch_ms']['p50']:.2f} ms"
-            )
-        if run["error"] and run["formed"]:
-            lines.append(f"  {run['protocol']}: {run['error']}")
+    return lines
+
+
+def _protocol_notes(document: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    formation = ", ".join(f"{v} {k}" for k, v in (run.get("formation") or {}).items() if v)
+    settled = "settled" if run["formed"] else "did NOT settle"
+    lines = [
+        f"{run['protocol']}: forming the group(s) (every consumer starting at once) {settled} in "
+        f"{_num(run['form_s'], 1)} s ({formation or 'no events'})"
+    ]
+    loaded = run["floor_loaded"]
+    if loaded:
+        lines.append(
+            f"  with the {run['protocol']} groups formed and idle: write {loaded['write_ms']['p50']:.2f} ms, "
+            f"watched {loaded['watch_ms']['p50']:.2f} ms"
+        )
+        idle_x = [
+            f"{r['kind']} {r['x_floor_idle']:g}x"
+            for r in document["summary"]
+            if r["protocol"] == run["protocol"] and r.get("x_floor_idle") is not None
+        ]
+        if idle_x:
+            lines.append(f"  p50 over that idle floor (x idle): {', '.join(idle_x)}")
+    if run["error"] and run["formed"]:
+        lines.append(f"  {run['protocol']}: {run['error']}")
+    return lines
+
+
+def format_notes(document: dict[str, Any]) -> list[str]:
+    cfg = document["config"]
+    lines = _floor_notes(document)
+    for run in document["protocols"]:
+        lines += _protocol_notes(document, run)
     lines += [
         "p50/p95/max: trigger (the member znode created / deleted) -> every member fetches its new share, in ms.",
         "STW: the longest interval with no partition of the group fetched; gap: the longest one partition was not.",
@@ -272,6 +296,7 @@ def format_rolling(document: dict[str, Any]) -> list[str]:
             f"{_num(r['started_ms']):>8} {r['epoch_bumps']:>5} {r['disturbed']:>9} {_num(r['zk_requests']):>7}"
         )
     gap = s["gap_ms"] or {}
+    roles = s.get("zk_requests_by_role_p50") or {}
     verdict = {True: "under", False: "NOT under", None: "-"}[s["gap_under_session_timeout"]]
     lines += [
         f"  completed {s['completed']}/{s['restarts']}, replaced in place {s['replaced']}; partitions moved to another"
@@ -280,7 +305,9 @@ def format_rolling(document: dict[str, Any]) -> list[str]:
         f"  longest time one partition was not fetched: p50 {_num(gap.get('p50'))} ms, max {_num(gap.get('max'))} ms,"
         f" {verdict} the session timeout ({s['session_timeout_ms']:g} ms); back (new consumer fetching) p50 "
         f"{_num((s['back_ms'] or {}).get('p50'))} ms, stable p50 {_num((s['stable_ms'] or {}).get('p50'))} ms; "
-        f"ZK requests per restart p50 {_num(s['zk_requests_p50'])}",
+        f"ZK requests per restart p50 {_num(s['zk_requests_p50'])} (coordinator "
+        f"{_num(roles.get('coordinator'))}, the new consumer {_num(roles.get('subject'))}, the other members "
+        f"{_num(roles.get('members'))})",
     ]
     return lines
 
