@@ -58,6 +58,9 @@ CHANGE_KEYS = {
     "commanded",
     "moved_partitions",
     "stopped_partitions",
+    "acks",
+    "member_steps",
+    "zk_requests_by_role",
 }
 SUMMARY_KEYS = {
     "protocol",
@@ -88,30 +91,38 @@ SUMMARY_KEYS = {
     "from_command_ms_p50",
     "x_floor_watch",
     "x_floor_write",
+    "x_floor_idle",
     "legacy_backoff_s",
     "breakdown_ms_p50",
     "commanded_p50",
     "moved_partitions_p50",
     "stopped_partitions_p50",
+    "acks_p50",
+    "member_steps_p50",
+    "zk_requests_by_role_p50",
 }
 STATS_KEYS = {"n", "p50", "p95", "max", "mean"}
-PROTOCOLS = ["coordinator", "incremental", "zk-client"]
-COMPARISON_KEYS = {
-    f"{kind}_{ratio}"
-    for kind in ("join", "leave")
-    for ratio in ("legacy_over_coordinator", "legacy_over_incremental", "coordinator_over_incremental")
-}
+PROTOCOLS = ["coordinator", "incremental", "consumer", "zk-client"]
+RATIOS = (
+    "legacy_over_coordinator",
+    "legacy_over_incremental",
+    "coordinator_over_incremental",
+    "legacy_over_consumer",
+    "incremental_over_consumer",
+)
+COMPARISON_KEYS = {f"{kind}_{ratio}" for kind in ("join", "leave") for ratio in RATIOS}
 
 
 def _bench_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "ZKCOORD_HOME": str(tmp_path / "home")}
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(150)
 def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_path: Path) -> None:
-    """The default protocols: coordinator, incremental, zk-client.  The incremental assertions (the mode of its
-    rebalances, fewer partitions stopped than the eager coordinator's) need the coordinator's incremental
-    rebalances."""
+    """The default protocols: coordinator, incremental, consumer, zk-client.  The incremental assertions (the mode
+    of its rebalances, fewer partitions stopped than the eager coordinator's) need the coordinator's incremental
+    rebalances; the consumer ones (KIP-848's epochs, its end at the group written stable) the consumer protocol's
+    engine."""
     out = tmp_path / "rebalance.json"
     result = CliRunner().invoke(
         bench,
@@ -174,9 +185,13 @@ def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_pat
     assert set(doc["comparison"]) == COMPARISON_KEYS
     assert doc["comparison"]["join_legacy_over_coordinator"] > 0
     assert doc["comparison"]["join_legacy_over_incremental"] > 0
+    assert (
+        doc["comparison"]["join_legacy_over_consumer"] > 0 and doc["comparison"]["join_incremental_over_consumer"] > 0
+    )
+    assert doc["config"]["scenarios"] == ["join-leave"] and doc["rolling_restart"] is None
 
     changes = doc["changes"]
-    assert len(changes) == 6
+    assert len(changes) == 8
     for change in changes:
         assert set(change) == CHANGE_KEYS, set(change) ^ CHANGE_KEYS
         assert change["completed"] is True
@@ -200,6 +215,19 @@ def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_pat
             assert change["mode"] == "incremental", change
             assert change["stopped_partitions"] < change["partitions"], change
             assert 0 < change["moved_partitions"] < change["partitions"], change
+    for change in (c for c in changes if c["protocol"] == "consumer"):
+        # KIP-848: one group epoch per change, ended by the group written stable after every member fetched.
+        assert change["mode"] == "consumer" and change["attempts"] == 1, change
+        assert change["aborted"] == 0, change  # the engine's abort of an epoch that had completed is not counted
+        steps = change["breakdown_ms"]
+        assert steps["started"] <= steps["fetching"] <= steps["completed"] == change["latency_ms"], change
+        assert change["member_steps"] > 0 and change["acks"] > 0, change
+        assert 0 < change["moved_partitions"] < change["partitions"], change
+    for change in changes:
+        roles = change["zk_requests_by_role"]
+        assert roles["coordinator"] is not None and roles["members"] is not None, change
+        if change["kind"] == "join":  # its own new session: its connect and registration at least
+            assert roles["subject"] is not None and roles["subject"] >= 2, change
     # The journals of the run are kept with --run-dir: every worker, the broker.
     roles = {p.name.split(".")[0] for p in (tmp_path / "run" / "journal").glob("*.jsonl")}
     assert {"broker-1", "consumer-bench0"} <= roles
@@ -208,11 +236,44 @@ def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_pat
     plotted = CliRunner().invoke(analyze, ["--bench", str(out), "--out", str(tmp_path / "plots")])
     assert plotted.exit_code == 0, plotted.output
     assert "coordinator join" in plotted.output and "zk-client   leave" in plotted.output
-    assert "incremental join" in plotted.output
+    assert "incremental join" in plotted.output and "consumer    leave" in plotted.output
     page = (tmp_path / "plots" / "bench.html").read_text()
     for name in ("latency", "stw", "requests", "steps"):
         assert f"bench-{name}.png" in page
         assert (tmp_path / "plots" / f"bench-{name}.png").stat().st_size > 1000
+
+
+@pytest.mark.timeout(120)
+def test_rolling_restart_of_static_members_moves_no_partition(zk_hosts: str, tmp_path: Path) -> None:
+    """--scenario rolling-restart alone: the consumer protocol only; every static member closed and started again
+    with its instance id takes its partitions back, nobody else is disturbed, and no partition is unfetched for
+    anywhere near the session timeout."""
+    out = tmp_path / "rolling.json"
+    args = ["rebalance", "--scenario", "rolling-restart", "--consumers", "3", "--partitions", "6"]
+    args += ["--session-timeout", "4", "--zk", zk_hosts, "--out", str(out)]
+    result = CliRunner().invoke(bench, args, catch_exceptions=False, env={"ZKCOORD_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, result.output
+    assert "Rolling restart (consumer protocol, static members)" in result.output
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert doc["config"]["protocols"] == ["consumer"] and doc["config"]["scenarios"] == ["rolling-restart"]
+    assert doc["summary"] == [] and doc["changes"] == []  # no join-leave trials
+    rolling = doc["rolling_restart"]
+    assert rolling["formed"] and rolling["static_hold_s"] > rolling["session_timeout_s"]
+    summary = rolling["summary"]
+    assert summary["restarts"] == summary["completed"] == summary["replaced"] == 3, summary
+    assert summary["no_partition_moved"] and summary["moved_partitions"] == 0, summary
+    assert summary["epoch_bumps"] == 0 and summary["disturbed"] == 0, summary
+    assert summary["gap_under_session_timeout"] is True and summary["stw_ms_max"] == 0, summary
+    restarts = rolling["restarts"]
+    assert sorted(r["instance_id"] for r in restarts) == ["i000", "i001", "i002"]
+    for r in restarts:
+        assert r["consumer"] != r["previous"] and r["partitions_after"] == r["partitions_before"] == 2, r
+        # The restarted member's partitions were not fetched between its close and its successor's start.
+        assert 0 < r["gap_ms"] <= r["stable_ms"] and r["back_ms"] <= r["stable_ms"], r
+        assert r["closed_ms"] > 0 and r["started_ms"] > 0 and r["zk_requests"] > 0, r
+        assert r["zk_requests_by_role"]["coordinator"] is not None, r
+    plotted = CliRunner().invoke(analyze, ["--bench", str(out), "--out", str(tmp_path / "plots")])
+    assert plotted.exit_code == 0, plotted.output
 
 
 @pytest.mark.timeout(120)
@@ -260,6 +321,10 @@ def test_subprocess_run_with_its_own_zookeeper(tmp_path: Path) -> None:
         (["--zk", "127.0.0.1:1", "--consumers", "1", "--partitions", "1"], 1, "127.0.0.1:1"),
         (["--consumers", "0"], 2, "--consumers"),
         (["--protocol", "kafka"], 2, "--protocol"),
+        (["--scenario", "restart"], 2, "--scenario"),
+        (["--scenario", "rolling-restart", "--protocol", "incremental"], 1, "add --protocol consumer"),
+        (["--scenario", "rolling-restart", "--consumers", "4", "--restarts", "5"], 1, "--restarts must be within"),
+        (["--restarts", "2"], 1, "--restarts needs --scenario rolling-restart"),
     ],
 )
 def test_errors_are_one_line_and_non_zero(tmp_path: Path, args: list[str], status: int, message: str) -> None:

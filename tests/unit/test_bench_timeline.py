@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from zkcoord.bench.rebalance.measures import breakdown, commands, comparison
-from zkcoord.bench.rebalance.timeline import COORDINATOR, INCREMENTAL, LEGACY, PROTOCOLS, Event, GroupTracker
+from zkcoord.bench.rebalance.timeline import (
+    CONSUMER,
+    COORDINATOR,
+    INCREMENTAL,
+    LEGACY,
+    PROTOCOLS,
+    Event,
+    GroupTracker,
+)
 
 _SEQ = itertools.count(1)
 A, B, C = "g_h-1-aaaa", "g_h-1-bbbb", "g_h-1-cccc"
@@ -103,8 +111,8 @@ def _joining(protocol: str = INCREMENTAL) -> GroupTracker:
     return tracker
 
 
-def test_protocols_list_incremental_between_the_coordinator_and_the_legacy_one() -> None:
-    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, LEGACY)
+def test_protocols_list_incremental_and_consumer_between_the_coordinator_and_the_legacy_one() -> None:
+    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
 
 
 def test_incremental_settles_at_the_last_missing_event_and_only_then() -> None:
@@ -387,6 +395,11 @@ def test_comparison_has_the_ratios_over_the_incremental_protocol() -> None:
         "leave_legacy_over_coordinator": 3.0,
         "leave_legacy_over_incremental": None,
         "leave_coordinator_over_incremental": None,
+        # no consumer protocol in these rows
+        "join_legacy_over_consumer": None,
+        "join_incremental_over_consumer": None,
+        "leave_legacy_over_consumer": None,
+        "leave_incremental_over_consumer": None,
     }
     two = comparison([r for r in rows if r["protocol"] != "incremental"])
     assert two["join_legacy_over_coordinator"] == 3.0 and two["join_legacy_over_incremental"] is None

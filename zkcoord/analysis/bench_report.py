@@ -10,11 +10,11 @@ matplotlib, no Spark.  Written to ``OUT``: ``bench.html`` with four PNG plots be
   group's p50 and the ZooKeeper floor (the watched write) times 10 for scale;
 * stop-the-world time and the longest gap of one partition, per change;
 * ZooKeeper requests per change (median), reads and writes;
-* the coordinator's steps (p50 ms after the trigger, for ``coordinator`` and ``incremental``) beside the zk-client
-  protocol's.
+* the coordinator's steps (p50 ms after the trigger, for ``coordinator``, ``incremental`` and ``consumer``) beside
+  the zk-client protocol's.
 
-Every protocol the document ran is plotted (``config.protocols``, in its order: one, two or the three of
-``coordinator``, ``incremental``, ``zk-client``), each in its own colour.
+Every protocol the document ran is plotted (``config.protocols``, in its order: any of ``coordinator``,
+``incremental``, ``consumer``, ``zk-client``), each in its own colour.
 
 :func:`load_bench` raises :class:`~zkcoord.analysis.errors.AnalysisError` with one line for anything that is not
 such a document.  Runs on the caller's thread.
@@ -41,7 +41,7 @@ PLOTS = (
     ("steps", "When each step happened (p50 ms after the trigger)"),
 )
 #: a protocol's colour in the latency plot (any other protocol: grey)
-COLOURS = {"coordinator": "tab:blue", "incremental": "tab:green", "zk-client": "tab:orange"}
+COLOURS = {"coordinator": "tab:blue", "incremental": "tab:green", "consumer": "tab:purple", "zk-client": "tab:orange"}
 
 
 def load_bench(path: Path) -> dict[str, Any]:

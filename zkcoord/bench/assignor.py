@@ -17,13 +17,23 @@ This benchmark times the same join three ways:
   validates every member's partitions (``O(P)``);
 * ``threads``: :func:`~zkcoord.protocol.assignors.uniform_assign`, the thread-level form the coordinator's
   incremental rebalance calls with the ownership registry (``topic -> partition -> thread``) as ``previous``: the
-  full computation plus the conversions from and to threads.
+  full computation plus the conversions from and to threads;
+* ``coordinator (KIP-848)``: :func:`~zkcoord.coordinator.kip848.model.compute_target`, what the consumer protocol's
+  coordinator calls at a group-epoch bump, with the previous target: the full computation plus its conversions.
 
 and, for reference, ``leave`` (:meth:`~zkcoord.protocol.assignors.UniformGroup.leave` of one member) and the
 heterogeneous case of Kafka's benchmark (members in 5 buckets, each bucket on its own fifth of the topics; the new
 member joins the last bucket), which has no incremental form: ``full`` only.  Each figure is over ``--repeats``
 timed calls after two warm-up calls: median, mean (JMH's ``avgt``) and minimum, in milliseconds; the table goes to
 stdout and the rows to a JSON file (``bench-results/assignor.json`` by default).
+
+Beside the timings, ``balance`` checks issue 16's case: 20 members subscribed to 100 topics of 4 partitions, assigned
+by the function the consumer protocol's coordinator calls (:func:`~zkcoord.coordinator.kip848.model.compute_target`):
+``uniform`` from scratch, ``uniform`` again after a 20th member joins 19 (sticky to the previous target), the
+incremental protocol's thread-level form (:func:`~zkcoord.protocol.assignors.uniform_assign`), and KIP-848's
+server-side ``range`` for contrast (it balances each topic on its own: 4 partitions go to 4 of the 20 members).  Each
+row gives the per-member totals' minimum, maximum and spread (``balanced``: they differ by at most one) and the time
+of that one call.
 """
 
 from __future__ import annotations
@@ -39,11 +49,15 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.bench.common import BenchError, default_out, envelope, write_document
+from zkcoord.coordinator.kip848.model import compute_target
+from zkcoord.layout.partition_set import PartitionSet
 from zkcoord.protocol.assignors import Assignment, GroupAssignment, UniformGroup, uniform, uniform_assign
 
 #: Kafka's figure for the homogeneous incremental case at 10 000 members, 10 partitions each, 100 topics (ms).
 KAFKA_ANCHOR_MS = 1.98
 BUCKETS = 5
+#: issue 16's balance case: members, topics, partitions per topic
+BALANCE_CASE = (20, 100, 4)
 
 
 def _member(i: int) -> str:
@@ -99,6 +113,7 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
     moved = sum(len(ps) for ps in joined.assignment[joiner].values())
     thread_subs = dict.fromkeys([*old, joiner], dict.fromkeys(names, 1))  # one dict shared: identical subscriptions
     previous = _to_threads(dict(group.assignment))
+    targets = {m: PartitionSet.of(h) for m, h in group.assignment.items()}
     shape = {"members": members, "ratio": ratio, "topics": topics, "partitions": per_topic * topics, "moved": moved}
     rows = [
         {**shape, "case": "homogeneous", "how": "incremental", **_timed(lambda: group.join(joiner), repeats)},
@@ -113,6 +128,12 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
             "case": "homogeneous",
             "how": "threads",
             **_timed(lambda: uniform_assign(thread_subs, counts, previous), max(3, repeats // 4)),
+        },
+        {
+            **shape,
+            "case": "homogeneous",
+            "how": "coordinator (KIP-848)",
+            **_timed(lambda: compute_target("uniform", thread_subs, counts, targets), max(3, repeats // 4)),
         },
     ]
     leaver = old[len(old) // 2]
@@ -143,6 +164,42 @@ def heterogeneous(members: int, ratio: int, topics: int, repeats: int) -> dict[s
     return {**shape, "case": "heterogeneous", "how": "full", **_timed(lambda: uniform(joined, counts, before), repeats)}
 
 
+def _spread(name: str, totals: list[int], ms: float, shape: dict[str, int]) -> dict[str, Any]:
+    low, high = min(totals), max(totals)
+    return {**shape, "how": name, "totals_min": low, "totals_max": high, "spread": high - low,
+            "balanced": high - low <= 1, "ms": round(ms, 3)}  # fmt: skip
+
+
+def balance(
+    members: int = BALANCE_CASE[0], topics: int = BALANCE_CASE[1], per_topic: int = BALANCE_CASE[2]
+) -> list[dict[str, Any]]:
+    """Issue 16's balance check: every member on every topic; per-member totals of each way of assigning."""
+    names = [f"topic-{i:03d}" for i in range(topics)]
+    counts = dict.fromkeys(names, per_topic)
+    ids = [f"m{i:03d}" for i in range(members)]
+    threads = {m: dict.fromkeys(names, 1) for m in ids}
+    shape = {"members": members, "topics": topics, "partitions": topics * per_topic}
+    rows = []
+    for name, assignor in (("uniform", "uniform"), ("range", "range")):
+        began = time.perf_counter()
+        target = compute_target(assignor, threads, counts, {})
+        rows.append(_spread(name, [target[m].count() for m in ids], (time.perf_counter() - began) * 1000, shape))
+    before: dict[str, PartitionSet] = compute_target("uniform", {m: threads[m] for m in ids[:-1]}, counts, {})
+    began = time.perf_counter()
+    joined = compute_target("uniform", threads, counts, before)
+    ms = (time.perf_counter() - began) * 1000
+    rows.append(_spread(f"uniform, {ids[-1]} joins {members - 1}", [joined[m].count() for m in ids], ms, shape))
+    began = time.perf_counter()
+    by_thread = uniform_assign({m: dict.fromkeys(names, 1) for m in ids}, counts, {})
+    ms = (time.perf_counter() - began) * 1000
+    held = dict.fromkeys(ids, 0)
+    for owners in by_thread.values():
+        for thread in owners.values():
+            held[thread.rpartition("-")[0]] += 1
+    rows.append(_spread("threads (incremental protocol)", list(held.values()), ms, shape))
+    return rows
+
+
 def run(members: int, ratio: int, topics: Sequence[int], repeats: int) -> dict[str, Any]:
     """Every row, and the context needed to read them."""
     rows: list[dict[str, Any]] = []
@@ -157,20 +214,35 @@ def run(members: int, ratio: int, topics: Sequence[int], repeats: int) -> dict[s
         "python": platform.python_version(),
         "machine": platform.machine(),
         "rows": rows,
+        "balance": balance(),
     }
 
 
 def table(document: dict[str, Any]) -> str:
     lines = [
-        f"{'case':<14} {'how':<20} {'members':>8} {'topics':>6} {'partitions':>10} {'moved':>5} "
+        f"{'case':<14} {'how':<22} {'members':>8} {'topics':>6} {'partitions':>10} {'moved':>5} "
         f"{'median ms':>10} {'mean ms':>9} {'min ms':>8}"
     ]
     for r in document["rows"]:
         lines.append(
-            f"{r['case']:<14} {r['how']:<20} {r['members']:>8} {r['topics']:>6} {r['partitions']:>10} {r['moved']:>5} "
+            f"{r['case']:<14} {r['how']:<22} {r['members']:>8} {r['topics']:>6} {r['partitions']:>10} {r['moved']:>5} "
             f"{r['median_ms']:>10.3f} {r['mean_ms']:>9.3f} {r['min_ms']:>8.3f}"
         )
     lines.append(f"Kafka (Java, JMH avgt) homogeneous join at 10000 x 10, 100 topics: {KAFKA_ANCHOR_MS} ms")
+    rows = document.get("balance") or []
+    if rows:
+        first = rows[0]
+        lines += [
+            "",
+            f"Balance (issue 16): {first['members']} members on {first['topics']} topics of "
+            f"{first['partitions'] // first['topics']} partitions; per-member totals",
+            f"  {'how':<32} {'min':>4} {'max':>4} {'spread':>6} {'balanced':>8} {'ms':>8}",
+        ]
+        for r in rows:
+            lines.append(
+                f"  {r['how']:<32} {r['totals_min']:>4} {r['totals_max']:>4} {r['spread']:>6} "
+                f"{'yes' if r['balanced'] else 'NO':>8} {r['ms']:>8.3f}"
+            )
     return "\n".join(lines)
 
 

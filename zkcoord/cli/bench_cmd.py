@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from zkcoord.bench.common import default_out, interruptible, preset, preset_help, write_document
-from zkcoord.bench.rebalance.config import BenchConfig
+from zkcoord.bench.rebalance.config import JOIN_LEAVE, SCENARIOS, BenchConfig
 from zkcoord.bench.rebalance.report import format_report
 from zkcoord.bench.rebalance.run import RebalanceBench
-from zkcoord.bench.rebalance.timeline import PROTOCOLS
+from zkcoord.bench.rebalance.timeline import CONSUMER, PROTOCOLS
 from zkcoord.cli.bench_suite_cmd import (
     all_benchmarks,
     analyze,
@@ -45,7 +45,23 @@ def bench() -> None:
     "protocols",
     type=click.Choice(PROTOCOLS),
     multiple=True,
-    help="Protocol to run (repeatable, in this order)  [default: coordinator, incremental, zk-client]",
+    help="Protocol to run (repeatable, in this order)  [default: coordinator, incremental, consumer, zk-client; "
+    "with --scenario rolling-restart alone: consumer]",
+)
+@click.option(
+    "--scenario",
+    "scenarios",
+    type=click.Choice(SCENARIOS),
+    multiple=True,
+    help="What to measure (repeatable): join-leave (one member joins, then leaves, TRIALS times, under each "
+    "protocol); rolling-restart (consumer protocol: a group of static members, each closed and started again with "
+    "its instance id, one after the other)  [default: join-leave]",
+)
+@click.option(
+    "--restarts",
+    type=click.IntRange(1, 5000),
+    default=None,
+    help="rolling-restart: members restarted, one after the other  [default: every one (--consumers)]",
 )
 @click.option(
     "--consumers", type=click.IntRange(1, 5000), help=f"Members per group  {preset_help('rebalance', 'consumers')}"
@@ -99,6 +115,8 @@ def bench() -> None:
 def rebalance(
     size: str,
     protocols: tuple[str, ...],
+    scenarios: tuple[str, ...],
+    restarts: int | None,
     consumers: int | None,
     partitions: int | None,
     groups: int,
@@ -116,19 +134,33 @@ def rebalance(
 
     The protocols: coordinator (eager rebalances: every member stops and restarts), incremental (the same
     coordinator, every member asking for incremental rebalances: only the members whose partitions move get
-    commands) and zk-client (Kafka 0.8.2's client-side rebalance).
+    commands), consumer (KIP-848's consumer protocol: epochs, reconciliation member by member; a change ends when
+    the group is stable again, every member at the assignment epoch) and zk-client (Kafka 0.8.2's client-side
+    rebalance).
 
     Every consumer is a real ZooKeeper session, hosted many to a worker process.  For each protocol, the groups are
     formed, then TRIALS times one consumer joins each group and leaves again.  For each change: the time from the
     trigger until every member fetches its new share (p50, p95, max), stop-the-world time, ZooKeeper requests per
     rebalance (the server's own counters), conflicts and retries; and latency as a multiple of the ZooKeeper floor
-    measured in the same run.  Progress while it runs, a table at the end, JSON to --out.
+    measured in the same run; ZooKeeper requests by who sent them (coordinator, the member joining, the others).
+
+    --scenario rolling-restart (consumer protocol): one group of CONSUMERS static members (instance ids) over the
+    first topic, whatever --groups; each member in turn is closed and started again with its instance id.  Per
+    restart: whether any partition moved to another member (KIP-848: none), the longest time one partition was not
+    fetched beside the session timeout, and when the group was stable again.
+
+    Progress while it runs, a table at the end, JSON to --out.
     """
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     given = {"consumers": consumers, "partitions": partitions, "trials": trials, "legacy_backoff": legacy_backoff}
     chosen = preset("rebalance", size, given)
+    scenarios = scenarios or (JOIN_LEAVE,)
+    if not protocols:
+        protocols = PROTOCOLS if JOIN_LEAVE in scenarios else (CONSUMER,)
     config = BenchConfig(
-        protocols=protocols or PROTOCOLS,
+        protocols=protocols,
+        scenarios=scenarios,
+        restarts=restarts,
         consumers=chosen["consumers"],
         partitions=chosen["partitions"],
         groups=groups,

@@ -12,18 +12,29 @@ driver is :mod:`zkcoord.bench.rebalance`; the JSON document is described in ``do
   partitions whose fetcher was stopped; every partition in an eager rebalance, the moved ones in an incremental one);
 * ``summary[*]``: ``commanded_p50``, ``moved_partitions_p50``, ``stopped_partitions_p50`` (medians over the
   completed changes);
-* ``comparison``: ``{join,leave}_legacy_over_coordinator``, ``{join,leave}_legacy_over_incremental`` and
-  ``{join,leave}_coordinator_over_incremental`` (p50 over p50; ``null`` unless both protocols ran and settled).
+* ``comparison``: ``{join,leave}_legacy_over_coordinator``, ``{join,leave}_legacy_over_incremental``,
+  ``{join,leave}_coordinator_over_incremental``, ``{join,leave}_legacy_over_consumer`` and
+  ``{join,leave}_incremental_over_consumer`` (p50 over p50; ``null`` unless both protocols ran and settled);
+* ``consumer`` (KIP-848): ``mode`` is ``"consumer"``; ``moved_partitions`` is the sum of ``partitions`` over the
+  epoch's start-fetcher ``command.applied`` (an incremental start counts only what it adds: the partitions that
+  changed member); ``member_steps`` counts ``kip848.member_step`` (each a member's reconciliation step written in
+  the coordinator's transactions) and ``acks`` ``command.acked``; ``breakdown_ms`` adds ``fetching``, the moment
+  every member fetched its new share (the others' end), before the coordinator wrote the group stable
+  (``completed``, this protocol's end);
+* ``zk_requests_by_role`` (every protocol): the change's requests per group by who sent them
+  (:mod:`~zkcoord.bench.rebalance.sessions`: ``coordinator``, ``subject``, ``members``, ``other``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from zkcoord.bench.rebalance.cluster import CpuReading
+from zkcoord.bench.rebalance.sessions import ROLES, Sessions, by_role
 from zkcoord.bench.rebalance.timeline import (
+    CONSUMER,
     COORDINATED,
     COORDINATOR,
     INCREMENTAL,
@@ -86,6 +97,11 @@ class Change:
     commanded: int | None = None
     moved_partitions: int | None = None
     stopped_partitions: int | None = None
+    #: coordinated protocols: command.acked events in the change; consumer: kip848.member_step events (else None)
+    acks: int | None = None
+    member_steps: int | None = None
+    #: the requests per group by who sent them (:mod:`~zkcoord.bench.rebalance.sessions`)
+    zk_requests_by_role: dict[str, float | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,11 +126,19 @@ class Reading:
 
     counters: Counters
     cpu: CpuReading
+    #: the server's per-session counters (None: ``cons`` not answered)
+    sessions: Sessions | None = None
 
 
-def usage_of(quiet: Reading, before: Reading, after: Reading, groups: int) -> dict[str, Any]:
+def usage_of(
+    quiet: Reading,
+    before: Reading,
+    after: Reading,
+    groups: int,
+    roles: Mapping[str, Collection[int]] | None = None,
+) -> dict[str, Any]:
     """ZooKeeper requests and CPU time from ``before`` to ``after``, less the background rate seen from ``quiet``
-    to ``before``; requests per group (each group changed once)."""
+    to ``before``; requests per group (each group changed once), and by the sessions of each of ``roles``."""
     background, window = delta(quiet.counters, before.counters), delta(before.counters, after.counters)
 
     def net(window_value: float, background_value: float) -> float:
@@ -141,6 +165,9 @@ def usage_of(quiet: Reading, before: Reading, after: Reading, groups: int) -> di
         cpu["kernel"] = round(max(0.0, after.cpu.machine - before.cpu.machine - ours - others), 1)
     reads, writes = net(window.reads, background.reads) / groups, net(window.writes, background.writes) / groups
     return {
+        "zk_requests_by_role": by_role(
+            quiet.sessions, before.sessions, after.sessions, roles or {}, total=reads + writes, groups=groups
+        ),
         "zk_requests": round(reads + writes, 1),
         "zk_reads": round(reads, 1),
         "zk_writes": round(writes, 1),
@@ -169,7 +196,8 @@ def measure(
     trigger = first_ts(events, trigger_event, consumer=consumer_id)
     done = tracker.settled_at.ts if tracker.settled_at is not None else None
     end = done if done is not None else max((e.ts for e in events), default=start_ms)
-    lost = outage(initial, [e for e in events if e.ts <= end], tracker.topic, start_ms, end)
+    window = [e for e in events if e.ts <= end]
+    lost = outage(initial, window, tracker.topic, start_ms, end)
     since = trigger if trigger is not None else start_ms
     legacy = tracker.protocol == LEGACY
     return Change(
@@ -190,7 +218,7 @@ def measure(
         attempts=count_events(events, "legacy.rebalance.started" if legacy else "rebalance.started"),
         conflicts=count_events(events, "legacy.rebalance.conflict"),
         retries=count_events(events, "legacy.rebalance.retrying", "rebalance.retrying"),
-        aborted=count_events(events, "rebalance.aborted"),
+        aborted=aborted(events, tracker.events),
         failures=count_events(events, "legacy.rebalance.failed", "rebalance.failed"),
         rejected=count_events(events, "command.rejected", "offsets.fenced"),
         reopened=tracker.reopened,
@@ -198,9 +226,20 @@ def measure(
         trigger_ts=trigger,
         done_ts=done,
         breakdown_ms=breakdown(tracker, events, since, end),
+        acks=count_events(window, "command.acked") if tracker.protocol in COORDINATED else None,
+        member_steps=count_events(window, "kip848.member_step") if tracker.protocol == CONSUMER else None,
         **commands(tracker, events, end),
         **usage,
     )
+
+
+def aborted(events: Iterable[Event], everything: Iterable[Event]) -> int:
+    """``rebalance.aborted`` events in ``events``, less those of a generation that completed (``rebalance.completed``
+    in ``everything``): the consumer protocol's coordinator journals the epoch it supersedes as aborted even when that
+    epoch was complete and stable (it looks at stability after adding a joiner, who is at epoch 0), which is no
+    abort."""
+    done = {e.fields.get("generation") for e in everything if e.ev == "rebalance.completed"}
+    return sum(1 for e in events if e.ev == "rebalance.aborted" and e.fields.get("generation") not in done)
 
 
 def _count(value: object) -> int:
@@ -221,7 +260,7 @@ def commands(tracker: GroupTracker, events: Sequence[Event], end: int) -> dict[s
     mode: str | None = None
     moved: int | None = None
     commanded: set[str] = set()
-    stopped = 0
+    stopped = started = 0
     for e in events:
         f = e.fields
         if f.get("generation") != final:
@@ -234,6 +273,10 @@ def commands(tracker: GroupTracker, events: Sequence[Event], end: int) -> dict[s
             commanded.add(str(f.get("consumer")))
         elif e.ev == "command.applied" and f.get("option") == "stop-fetcher" and e.ts <= end:
             stopped += _count(f.get("partitions"))
+        elif e.ev == "command.applied" and f.get("option") == "start-fetcher" and e.ts <= end:
+            started += _count(f.get("partitions"))
+    if tracker.protocol == CONSUMER:
+        moved = started  # incremental starts: only what each member gains
     return {"mode": mode, "commanded": len(commanded), "moved_partitions": moved, "stopped_partitions": stopped}
 
 
@@ -246,6 +289,8 @@ def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: i
     window = [e for e in events if e.ts <= end]
     if tracker.protocol in COORDINATED:
         final = tracker.settled_generation
+        fetching = tracker.fetching_at.ts if tracker.fetching_at is not None else None
+        extra = {"fetching": rel(fetching)} if tracker.protocol == CONSUMER else {}
         applied: dict[str, list[int]] = {"stop-fetcher": [], "start-fetcher": []}
         for e in window:
             if e.ev == "command.applied" and e.fields.get("generation") == final:
@@ -260,6 +305,7 @@ def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: i
             "start_applied_first": rel(min(applied["start-fetcher"], default=None)),
             "start_applied_last": rel(max(applied["start-fetcher"], default=None)),
             "completed": rel(first_ts(events, "rebalance.completed", generation=final)),
+            **extra,
         }
     completions = [e.ts for e in window if e.ev == "legacy.rebalance.completed"]
     return {
@@ -277,7 +323,7 @@ def formation_counts(trackers: Iterable[GroupTracker]) -> dict[str, int]:
         "attempts": count_events(events, "rebalance.started", "legacy.rebalance.started"),
         "conflicts": count_events(events, "legacy.rebalance.conflict"),
         "retries": count_events(events, "legacy.rebalance.retrying", "rebalance.retrying"),
-        "aborted": count_events(events, "rebalance.aborted"),
+        "aborted": aborted(events, events),
         "failures": count_events(events, "legacy.rebalance.failed", "rebalance.failed"),
     }
 
@@ -353,6 +399,11 @@ def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str
                 "from_command_ms_p50": _median([float(c.from_command_ms) for c in completed if c.from_command_ms]),
                 "x_floor_watch": round(p50 / floor.watch, 1) if p50 is not None and floor.watch > 0 else None,
                 "x_floor_write": round(p50 / floor.write, 1) if p50 is not None and floor.write > 0 else None,
+                "x_floor_idle": (
+                    round(p50 / run.floor_loaded.watch, 1)
+                    if p50 is not None and run.floor_loaded is not None and run.floor_loaded.watch > 0
+                    else None
+                ),
                 "legacy_backoff_s": cfg.legacy_backoff_s if run.protocol == LEGACY else None,
                 "breakdown_ms_p50": breakdown_p50,
                 "commanded_p50": _median([float(c.commanded) for c in completed if c.commanded is not None]),
@@ -362,6 +413,12 @@ def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str
                 "stopped_partitions_p50": _median(
                     [float(c.stopped_partitions) for c in completed if c.stopped_partitions is not None]
                 ),
+                "acks_p50": _median([float(c.acks) for c in completed if c.acks is not None]),
+                "member_steps_p50": _median([float(c.member_steps) for c in completed if c.member_steps is not None]),
+                "zk_requests_by_role_p50": {
+                    role: _median([n for c in changes if (n := c.zk_requests_by_role.get(role)) is not None])
+                    for role in ROLES
+                },
             }
         )
     return rows
@@ -372,13 +429,15 @@ RATIOS = (
     ("legacy_over_coordinator", LEGACY, COORDINATOR),
     ("legacy_over_incremental", LEGACY, INCREMENTAL),
     ("coordinator_over_incremental", COORDINATOR, INCREMENTAL),
+    ("legacy_over_consumer", LEGACY, CONSUMER),
+    ("incremental_over_consumer", INCREMENTAL, CONSUMER),
 )
 
 
 def comparison(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """One protocol's p50 over another's, per kind of change (:data:`RATIOS`; None unless both ran and settled):
-    ``join_legacy_over_coordinator``, ``join_legacy_over_incremental``, ``join_coordinator_over_incremental``, and
-    the same for ``leave``."""
+    ``join_legacy_over_coordinator``, ``join_legacy_over_incremental``, ``join_coordinator_over_incremental``,
+    ``join_legacy_over_consumer``, ``join_incremental_over_consumer``, and the same for ``leave``."""
     out: dict[str, float | None] = {}
     for kind in ("join", "leave"):
         p50 = {r["protocol"]: (r["latency_ms"] or {}).get("p50") for r in rows if r["kind"] == kind}

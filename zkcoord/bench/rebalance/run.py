@@ -27,6 +27,9 @@ The run's surroundings (directories, ZooKeeper, broker, topics, workers) are
 
 The ZooKeeper floor (:mod:`~zkcoord.bench.rebalance.zkfloor`) is measured on the same server first, before any
 consumer runs, and again with each protocol's groups formed and idle.  Latencies are reported as multiples of it.
+
+Those are the ``join-leave`` scenario.  The ``rolling-restart`` scenario (:mod:`~zkcoord.bench.rebalance.rolling`)
+runs after the ``consumer`` protocol's: a group of static members (instance ids) restarted one after the other.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Any
 from zkcoord import __version__
 from zkcoord.bench.common import BenchError, default_out
 from zkcoord.bench.rebalance.cluster import CpuMeter, WorkerProcess, stop_all
-from zkcoord.bench.rebalance.config import BenchConfig, Progress
+from zkcoord.bench.rebalance.config import JOIN_LEAVE, ROLLING_RESTART, BenchConfig, Progress
 from zkcoord.bench.rebalance.environment import BenchEnvironment
 from zkcoord.bench.rebalance.measures import (
     Change,
@@ -56,17 +59,20 @@ from zkcoord.bench.rebalance.measures import (
     summarize,
     usage_of,
 )
-from zkcoord.bench.rebalance.timeline import COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
+from zkcoord.bench.rebalance.rolling import RollingRestart
+from zkcoord.bench.rebalance.sessions import read_sessions
+from zkcoord.bench.rebalance.timeline import CONSUMER, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
 from zkcoord.bench.rebalance.waits import QUIET_S, JournalWaits
 from zkcoord.bench.rebalance.zkfloor import Floor, measure_floor, read_counters
 from zkcoord.errors import ZkCoordError
+from zkcoord.layout import legacy_paths, paths
 from zkcoord.zk import ZkClient, ZkConfig
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = default_out("rebalance")
 #: the quiet window before each change in which the background request rate is measured
 BACKGROUND_S = 0.5
-SHORT = {COORDINATOR: "co", INCREMENTAL: "in", LEGACY: "zk"}
+SHORT = {COORDINATOR: "co", INCREMENTAL: "in", CONSUMER: "cs", LEGACY: "zk"}
 
 
 # --- the run ----------------------------------------------------------------------------------------------------
@@ -89,6 +95,10 @@ class RebalanceBench:
         self.env = BenchEnvironment(config, progress, self.cpu)
         self.waits = JournalWaits(config, progress)
         self.loadavg_start = [round(x, 2) for x in os.getloadavg()]
+        self.admin: ZkClient | None = None
+        #: consumer id -> its ZooKeeper session id; the coordinator's session (for the requests by role)
+        self.sids: dict[str, int] = {}
+        self.coordinator_sid: int | None = None
 
     @property
     def trackers(self) -> dict[str, GroupTracker]:
@@ -108,6 +118,7 @@ class RebalanceBench:
                 "compete for the CPU (see 'others' in the CPU table)"
             )
         runs: list[ProtocolRun] = []
+        rolling: dict[str, Any] | None = None
         with ExitStack() as stack:
             env = self.env
             env.prepare_dirs(stack)
@@ -115,6 +126,7 @@ class RebalanceBench:
             admin = ZkClient(ZkConfig.from_string(env.hosts, session_timeout_s=cfg.session_timeout_s), name="bench")
             admin.start()
             stack.callback(admin.stop)
+            self.admin = admin
             self.waits.tail = JournalTail(env.journal_dir)
             self.say(f"floor: warming the server up, then {cfg.floor_samples} writes and watched writes...")
             floor = measure_floor(env.hosts, cfg.floor_samples, server_pid=env.zk_pid)
@@ -123,10 +135,15 @@ class RebalanceBench:
                 f"(medians of {floor.samples})"
             )
             env.start_broker(stack, admin)
+            coordinator = admin.exists(paths.COORDINATOR)
+            self.coordinator_sid = coordinator.ephemeralOwner if coordinator is not None else None
             env.create_topics(admin, self.topics)
             for protocol in cfg.protocols:
-                runs.append(self._run_protocol(protocol))
-        return self._document(runs, floor, time.monotonic() - began)
+                if JOIN_LEAVE in cfg.scenarios:
+                    runs.append(self._run_protocol(protocol))
+                if protocol == CONSUMER and ROLLING_RESTART in cfg.scenarios:
+                    rolling = RollingRestart(self).run()
+        return self._document(runs, floor, time.monotonic() - began, rolling)
 
     # --- one protocol -------------------------------------------------------------------------------------------
 
@@ -153,6 +170,7 @@ class RebalanceBench:
             result.formed = self._form(workers)
             result.form_s = round(time.monotonic() - started, 2)
             result.formation = formation_counts(self.trackers.values())
+            self.learn_sessions({c: t.name for t in self.trackers.values() for c in t.members})
             counts = ", ".join(f"{v} {k}" for k, v in result.formation.items() if v)
             if result.formed:
                 self.say(f"{tag} formed in {result.form_s:.1f} s ({counts})")
@@ -210,8 +228,35 @@ class RebalanceBench:
 
     # --- one change ---------------------------------------------------------------------------------------------
 
-    def _reading(self) -> Reading:
-        return Reading(read_counters(*self.env.mntr_at), self.cpu.read())
+    def reading(self) -> Reading:
+        """The server's counters, the processes' CPU times and the server's per-session counters, now."""
+        counters = read_counters(*self.env.mntr_at)
+        return Reading(counters, self.cpu.read(), read_sessions(*self.env.mntr_at, at=counters.at))
+
+    def learn_sessions(self, consumers: dict[str, str]) -> None:
+        """Note the session of each consumer (id -> group) from its registration's owner (one pipelined read)."""
+        if self.admin is None or not consumers:
+            return
+        ids = sorted(consumers)
+        registrations = [self._registration(consumers[c], c) for c in ids]
+        for consumer_id, got in zip(ids, self.admin.get_many(registrations), strict=True):
+            if got is not None and got[1].ephemeralOwner:
+                self.sids[consumer_id] = got[1].ephemeralOwner
+
+    def _registration(self, group: str, consumer_id: str) -> str:
+        tracker = self.trackers.get(group)
+        if tracker is not None and tracker.protocol == LEGACY:
+            return legacy_paths.member(group, consumer_id)  # Kafka 0.8's /consumers/<group>/ids
+        return paths.member(group, consumer_id)
+
+    def roles(self, subjects: set[str], members: set[str]) -> dict[str, set[int]]:
+        """The sessions of each role of a change: the coordinator, its subjects, the groups' other members."""
+
+        def sids(consumers: set[str]) -> set[int]:
+            return {self.sids[c] for c in consumers if c in self.sids}
+
+        coordinator = {self.coordinator_sid} if self.coordinator_sid is not None else set()
+        return {"coordinator": coordinator, "subject": sids(subjects), "members": sids(members - subjects)}
 
     def _change(
         self, kind: str, trial: int, workers: list[WorkerProcess], joined: dict[str, tuple[WorkerProcess, str]]
@@ -219,10 +264,10 @@ class RebalanceBench:
         """One consumer joins (or the one that joined leaves) every group at once; measure each group's change."""
         cfg = self.config
         self.waits.wait_quiet(QUIET_S, 30.0)
-        quiet = self._reading()
+        quiet = self.reading()
         time.sleep(BACKGROUND_S)
         self.waits.pump()
-        before = self._reading()
+        before = self.reading()
         snapshots = {}
         for name, tracker in self.trackers.items():
             tracker.disarm()
@@ -234,8 +279,12 @@ class RebalanceBench:
             joined.update(subjects)
         self.waits.arm()
         self.waits.wait_settled(deadline)
-        after = self._reading()
-        usage = usage_of(quiet, before, after, len(self.trackers))
+        after = self.reading()
+        if kind == "join":  # (read after the window: these reads are not the change's)
+            self.learn_sessions({c: name for name, (_, c) in subjects.items()})
+        members = {c for t in self.trackers.values() for c in t.members}
+        roles = self.roles({c for _, c in subjects.values()}, members)
+        usage = usage_of(quiet, before, after, len(self.trackers), roles)
         out = []
         for name, tracker in self.trackers.items():
             (index, initial), members_before = snapshots[name]
@@ -287,7 +336,9 @@ class RebalanceBench:
 
     # --- the document -------------------------------------------------------------------------------------------
 
-    def _document(self, runs: list[ProtocolRun], floor: Floor, seconds: float) -> dict[str, Any]:
+    def _document(
+        self, runs: list[ProtocolRun], floor: Floor, seconds: float, rolling: dict[str, Any] | None
+    ) -> dict[str, Any]:
         cfg = self.config
         summary = [summarize(run, cfg, floor) for run in runs]
         rows = [row for rows in summary for row in rows]
@@ -310,6 +361,7 @@ class RebalanceBench:
             },
             "config": {
                 "protocols": list(cfg.protocols),
+                "scenarios": list(cfg.scenarios),
                 "consumers": cfg.consumers,
                 "partitions": cfg.partitions,
                 "groups": cfg.groups,
@@ -339,6 +391,7 @@ class RebalanceBench:
             "summary": rows,
             "comparison": comparison(rows),
             "changes": [asdict(c) for run in runs for c in run.changes],
+            "rolling_restart": rolling,
         }
 
 

@@ -1,7 +1,6 @@
-"""The run's journals as per-group state, and the measurements of one membership change.
+"""The run's journals as per-group state: who fetches what, each protocol's progress, and when a group is settled.
 
-:class:`JournalTail` reads the journal directory incrementally (every process appends to its own file, whole lines
-only; a line still being written is kept for the next read).  :class:`GroupTracker` folds one group's events into
+:class:`GroupTracker` folds one group's events (read by :class:`~zkcoord.bench.rebalance.events.JournalTail`) into
 its ownership state (who fetches which partition, from ``fetch.started`` / ``fetch.stopped``) and its protocol's
 progress, and says when the group is *settled*:
 
@@ -19,11 +18,21 @@ progress, and says when the group is *settled*:
   those ``rebalance.started`` names as ``gaining`` in an incremental rebalance, every member in an eager one, and
   any sent one (``command.sent``; the sets are kept per generation, since events of several processes may be read
   in either order).  Members the rebalance left alone get no command and are not waited for;
+* ``consumer`` (KIP-848: every member registered ``rebalance="consumer"``; the coordinator reconciles member by
+  member): every partition is fetched by exactly one thread of a current member, the newest group epoch started
+  (``rebalance.started``, ``mode: consumer``, ``generation`` = the group epoch) has exactly the current members, and
+  the coordinator journalled ``rebalance.completed`` for that epoch: it does so when it writes the group ``stable``,
+  every member at the assignment epoch with nothing in flight, which is when a KIP-848 rebalance is done.  Until
+  then members may still be revoking or waiting for partitions to be released.  (No ``rebalance.requested`` is
+  waited out: a request that changes nothing journals nothing else in this protocol.)  The tracker also notes when
+  every member first fetched its new share (``fetching_at``: shares balanced as for ``incremental``), the moment
+  the other protocols end at, so that the coordinator's bookkeeping after it can be told apart;
 * ``zk-client``: every member's last ``legacy.*`` event is ``legacy.rebalance.completed`` with a member count equal
   to the group's size (each member saw the whole group and fetches what it claimed).
 
 Once armed for a change, the tracker notes the first event at which the group became settled: its timestamp ends the
-change.  :func:`outage` and :func:`count_events` measure the change from the events in between (pure functions).
+change.  :func:`~zkcoord.bench.rebalance.events.outage` and :func:`~zkcoord.bench.rebalance.events.count_events`
+measure the change from the events in between (pure functions).
 
 Timestamps are the journals' wall-clock milliseconds (``ts``): every process runs on this machine, so they share one
 clock; ``mono`` is per process and is used for nothing here.  Events are ordered by ``(ts, pid, seq)``: exact within a
@@ -32,97 +41,24 @@ process, to the millisecond across processes.
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
+from zkcoord.bench.rebalance.events import Event, JournalTail, Outage, count_events, first_ts, outage, parse_line
 from zkcoord.protocol.assignors import range_assign
 
 COORDINATOR = "coordinator"
 INCREMENTAL = "incremental"
+CONSUMER = "consumer"
 LEGACY = "zk-client"
-PROTOCOLS = (COORDINATOR, INCREMENTAL, LEGACY)
+PROTOCOLS = (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
 #: The protocols whose rebalances the coordinator runs (its ``rebalance.*`` and ``command.*`` events).
-COORDINATED = (COORDINATOR, INCREMENTAL)
+COORDINATED = (COORDINATOR, INCREMENTAL, CONSUMER)
+#: The protocols whose members get a uniform, history-dependent assignment (checked by balance, not recomputed).
+UNIFORM = (INCREMENTAL, CONSUMER)
 
 #: The events that end a member's part of a rebalance (its fetchers run on its new share).
 _LEGACY_DONE = "legacy.rebalance.completed"
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One journal line: the core fields the benchmark uses, and the event's own fields."""
-
-    ts: int
-    pid: int
-    seq: int
-    ev: str
-    fields: dict[str, Any]
-
-    @property
-    def group(self) -> str | None:
-        group = self.fields.get("group")
-        return group if isinstance(group, str) else None
-
-    def sort_key(self) -> tuple[int, int, int]:
-        return (self.ts, self.pid, self.seq)
-
-
-def parse_line(raw: bytes) -> Event | None:
-    """An :class:`Event` from one complete journal line, or ``None`` for a line that is not a valid event."""
-    try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    try:
-        ts, pid, seq, ev = int(obj.pop("ts")), int(obj.pop("pid")), int(obj.pop("seq")), str(obj.pop("ev"))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return Event(ts, pid, seq, ev, obj)
-
-
-class JournalTail:
-    """Reads the new complete lines of every ``*.jsonl`` file in a directory, file by file, on each :meth:`read`."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self._offsets: dict[Path, int] = {}
-        self._partial: dict[Path, bytes] = {}
-        self.malformed = 0
-
-    def read(self) -> list[Event]:
-        """Every event appended since the last call, sorted by ``(ts, pid, seq)``."""
-        out: list[Event] = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                continue
-            offset = self._offsets.get(path, 0)
-            if size <= offset:
-                continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                data = os.pread(fd, size - offset, offset)
-            finally:
-                os.close(fd)
-            self._offsets[path] = offset + len(data)
-            lines = (self._partial.pop(path, b"") + data).split(b"\n")
-            if lines[-1]:
-                self._partial[path] = lines[-1]
-            for raw in lines[:-1]:
-                event = parse_line(raw)
-                if event is None:
-                    self.malformed += 1
-                else:
-                    out.append(event)
-        out.sort(key=Event.sort_key)
-        return out
 
 
 def consumer_of_thread(thread: str) -> str:
@@ -154,6 +90,9 @@ class GroupTracker:
     reopened: int = 0
     #: coordinator, incremental: the generation the group settled on (the newest started then); -1 before
     settled_generation: int = -1
+    #: consumer: the first event since :meth:`arm` at which every member fetched its new share (balanced shares of
+    #: the newest epoch's members), before the coordinator wrote the group stable; None while not yet
+    fetching_at: Event | None = None
     armed: bool = False
     _expected: list[str | None] = field(default_factory=list)
     _mismatched: set[int] = field(default_factory=set)
@@ -185,7 +124,7 @@ class GroupTracker:
 
     def set_members(self, members: Iterable[str]) -> None:
         self.members = frozenset(members)
-        if self.protocol != INCREMENTAL:
+        if self.protocol not in UNIFORM:
             self._expected = expected_owners(sorted(self.members), self.topic, self.partitions)
         self._mismatched = {p for p in range(self.partitions) if not self._matches(p)}
         self._unbalanced = {m for m in self.members if not self._balanced(m)}
@@ -196,6 +135,7 @@ class GroupTracker:
         """Start looking for the first settled moment of a change (membership already set)."""
         self.armed = True
         self.settled_at = None
+        self.fetching_at = None
         self.reopened = 0
         self._was_settled = False
 
@@ -221,6 +161,8 @@ class GroupTracker:
             elif not settled and self._was_settled:
                 self.reopened += 1
             self._was_settled = settled
+            if self.fetching_at is None and self.protocol == CONSUMER and self._fetching_new_shares():
+                self.fetching_at = event
 
     def _apply_fetch(self, event: Event) -> None:
         f = event.fields
@@ -300,20 +242,40 @@ class GroupTracker:
         if self.protocol == LEGACY:
             return not self._unfinished
         # incremental: balanced shares, and every member sent a start applied it; coordinator: every member did
+        if self.protocol == CONSUMER:
+            completed = self._latest_completed >= self._latest_started >= 0
+            return completed and self._gen_members.get(self._latest_started) == self.members
         commanded = not (self._unbalanced or self._unapplied) if self.protocol == INCREMENTAL else not self._lagging
         return commanded and not self._pending_request and self._gen_members.get(self._latest_started) == self.members
+
+    def fetched_once(self) -> bool:
+        """Every partition fetched by exactly one thread of a current member (``incremental``, ``consumer``), or by
+        the thread the range assignor names (``coordinator``, ``zk-client``)."""
+        return bool(self.members) and not self._mismatched
+
+    def _fetching_new_shares(self) -> bool:
+        """consumer: every partition fetched by exactly one current member, shares balanced, the newest epoch's
+        members the current ones (whatever the coordinator has written since)."""
+        return (
+            bool(self.members)
+            and not self._mismatched
+            and not self._unbalanced
+            and self._gen_members.get(self._latest_started) == self.members
+        )
 
     def progress(self) -> str:
         """What the group still waits for, in a few words (for a timeout message)."""
         fetched = sum(1 for s in self.owners if s)
         parts = [f"{len(self.members)} members, {fetched}/{self.partitions} partitions fetched"]
-        if self.protocol == INCREMENTAL:
+        if self.protocol in UNIFORM:
             parts.append(f"{len(self._mismatched)} not fetched by exactly one member")
             parts.append(f"{len(self._unbalanced)} members with an unbalanced share")
         else:
             parts.append(f"{len(self._mismatched)} not as assigned")
         if self.protocol == LEGACY:
             parts.append(f"{len(self._unfinished)} members not done rebalancing")
+        elif self.protocol == CONSUMER:
+            parts.append(f"group epoch started {self._latest_started}, completed (stable) {self._latest_completed}")
         else:
             waiting = self._unapplied if self.protocol == INCREMENTAL else self._lagging
             parts.append(
@@ -330,7 +292,7 @@ class GroupTracker:
 
     def _matches(self, p: int) -> bool:
         holders = self.owners[p]
-        if self.protocol == INCREMENTAL:
+        if self.protocol in UNIFORM:
             return len(holders) == 1 and next(iter(holders))[0] in self.members
         want = self._expected[p] if p < len(self._expected) else None
         if want is None:
@@ -338,7 +300,7 @@ class GroupTracker:
         return len(holders) == 1 and next(iter(holders))[1] == want
 
     def _balanced(self, consumer: str) -> bool:
-        """incremental: the member fetches between ``P // N`` and ``ceil(P / N)`` partitions."""
+        """incremental, consumer: the member fetches between ``P // N`` and ``ceil(P / N)`` partitions."""
         n = len(self.members)
         return n > 0 and self.partitions // n <= self._fetching.get(consumer, 0) <= -(-self.partitions // n)
 
@@ -347,86 +309,22 @@ class GroupTracker:
         return last is not None and last.ev == _LEGACY_DONE and last.fields.get("members") == len(self.members)
 
 
-# --- measurements of one change (pure) ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Outage:
-    """How fetching was interrupted between two instants (milliseconds).
-
-    :ivar stw_ms: the longest interval during which no partition of the group was fetched (0 if there was none).
-    :ivar gap_ms: the longest interval during which one partition was not fetched.
-    :ivar unfetched_ms: the sum over partitions of the time each was not fetched (partition-milliseconds).
-    """
-
-    stw_ms: int
-    gap_ms: int
-    unfetched_ms: int
-
-
-def outage(
-    initial: Sequence[set[tuple[str, str]]], events: Iterable[Event], topic: str, start_ms: int, end_ms: int
-) -> Outage:
-    """Replay ``fetch.started`` / ``fetch.stopped`` of ``topic`` over ``initial`` (who fetched what at ``start_ms``)
-    and measure the interruptions within ``[start_ms, end_ms]``.  Events outside the window are clipped to it."""
-    owners = [set(s) for s in initial]
-    fetched = sum(1 for s in owners if s)
-    since: list[int | None] = [None if s else start_ms for s in owners]
-    longest = [0] * len(owners)
-    unfetched = 0
-    zero_since: int | None = start_ms if fetched == 0 else None
-    stw = 0
-
-    def close_gap(p: int, at: int) -> None:
-        nonlocal unfetched
-        began = since[p]
-        if began is not None:
-            length = max(0, at - began)
-            longest[p] = max(longest[p], length)
-            unfetched += length
-            since[p] = None
-
-    for event in sorted(events, key=Event.sort_key):
-        if event.ev not in ("fetch.started", "fetch.stopped") or event.fields.get("topic") != topic:
-            continue
-        p = int(event.fields["partition"])
-        if not 0 <= p < len(owners):
-            continue
-        # A fetch stopped at its lease's deadline carries it (at_ms): fetching ended then, not when it was noticed.
-        ended = event.fields.get("at_ms") if event.ev == "fetch.stopped" else None
-        at = min(max(ended if isinstance(ended, int) else event.ts, start_ms), end_ms)
-        holder = (str(event.fields["consumer"]), str(event.fields["thread"]))
-        was = bool(owners[p])
-        if event.ev == "fetch.started":
-            owners[p].add(holder)
-        else:
-            owners[p].discard(holder)
-        now = bool(owners[p])
-        if was and not now:
-            since[p] = at
-            fetched -= 1
-            if fetched == 0:
-                zero_since = at
-        elif now and not was:
-            close_gap(p, at)
-            if fetched == 0 and zero_since is not None:
-                stw = max(stw, at - zero_since)
-                zero_since = None
-            fetched += 1
-    for p in range(len(owners)):
-        close_gap(p, end_ms)
-    if zero_since is not None:
-        stw = max(stw, end_ms - zero_since)
-    return Outage(stw_ms=stw, gap_ms=max(longest, default=0), unfetched_ms=unfetched)
-
-
-def count_events(events: Iterable[Event], *names: str) -> int:
-    wanted = set(names)
-    return sum(1 for e in events if e.ev in wanted)
-
-
-def first_ts(events: Iterable[Event], name: str, **match: object) -> int | None:
-    for e in events:
-        if e.ev == name and all(e.fields.get(k) == v for k, v in match.items()):
-            return e.ts
-    return None
+__all__ = [
+    "CONSUMER",
+    "COORDINATED",
+    "COORDINATOR",
+    "INCREMENTAL",
+    "LEGACY",
+    "PROTOCOLS",
+    "UNIFORM",
+    "Event",
+    "GroupTracker",
+    "JournalTail",
+    "Outage",
+    "consumer_of_thread",
+    "count_events",
+    "expected_owners",
+    "first_ts",
+    "outage",
+    "parse_line",
+]

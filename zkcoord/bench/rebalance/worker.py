@@ -1,11 +1,13 @@
 """A benchmark worker: one process hosting many consumers of one protocol, each its own ZooKeeper session.
 
-    python -m zkcoord.bench.rebalance.worker --protocol coordinator|incremental|zk-client --zk HOST:PORT[/chroot] \\
+    python -m zkcoord.bench.rebalance.worker --protocol coordinator|incremental|consumer|zk-client \\
+        --zk HOST:PORT[/chroot] \\
         --data-dir DIR --journal DIR --index N [--session-timeout 6] [--legacy-backoff 2.0] [--legacy-retries 4] \\
         [--max-poll-records 50] [--shutdown-timeout 8]
 
 The consumers are the real ones (:class:`consumer.Consumer`, created with ``rebalance="incremental"`` for the
-``incremental`` protocol, or :class:`zkcoord.consumer.legacy.LegacyConsumer`), sharing one journal,
+``incremental`` protocol and ``rebalance="consumer"`` (KIP-848) for ``consumer``, or
+:class:`zkcoord.consumer.legacy.LegacyConsumer`), sharing one journal,
 ``<journal>/consumer-bench<N>.<pid>.jsonl``.  They are paused (``Consumer.pause()``: nothing is read or handed
 out), so that the consumers of one process spend the CPU they get on the control plane, not on a fetch loop (what
 ``zkcoord/bench/consumer`` found necessary, there for one process).  One thread calls ``poll(0)`` on each in turn
@@ -17,12 +19,17 @@ The driver (:mod:`zkcoord.bench.rebalance`) controls a worker through its standa
 and reads one JSON reply line per command on its standard output (logging goes to standard error)::
 
     {"op": "add", "group": G, "topic": T, "count": K}   -> {"ok": true, "consumers": [ids...]}
+    {"op": "add", ..., "instance_ids": [I, ...]}         -> the same, one static member per instance id (consumer)
     {"op": "remove", "consumer": ID}                     -> {"ok": true, "consumer": ID}
+    {"op": "restart", "consumer": ID}                    -> {"ok": true, "consumer": NEW_ID, "previous": ID,
+                                                             "instance_id": I, "closed_ms": MS, "started_ms": MS}
     {"op": "ping"}                                       -> {"ok": true, "pid": PID, "consumers": N}
     {"op": "quit"}                                       -> {"ok": true}, then every consumer is closed
 
 ``add`` starts the consumers one after the other (``start()`` returns once the member znode exists); ``remove``
-closes one (it deregisters).  A failure is answered ``{"ok": false, "error": "..."}`` and the worker carries on.
+closes one (it deregisters); ``restart`` closes one and at once starts a new consumer with its group, topic and
+instance id (a static member's restart: ``closed_ms`` and ``started_ms`` time its ``close()`` and the new one's
+``start()``).  A failure is answered ``{"ok": false, "error": "..."}`` and the worker carries on.
 
 End of input, ``quit``, SIGTERM and SIGINT stop the worker as ``zkcoord consume`` stops (docs/consumer.md,
 "Stopping"; :class:`zkcoord.runtime.stopping.SignalStop`): every consumer is closed, in parallel, within one budget of
@@ -40,11 +47,13 @@ import json
 import logging
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TextIO
 
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
+from zkcoord.consumer.config import Rebalance
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.errors import ZkCoordError
 from zkcoord.runtime.journal import Journal, process_started
@@ -62,7 +71,9 @@ from zkcoord.testbed.poll_loop import PollLoop
 
 log = logging.getLogger("zkcoord.bench.rebalance.worker")
 
-PROTOCOLS = ("coordinator", "incremental", "zk-client")
+PROTOCOLS = ("coordinator", "incremental", "consumer", "zk-client")
+#: the ``rebalance`` setting of :class:`ConsumerConfig` for each protocol but ``zk-client``
+REBALANCE: dict[str, Rebalance] = {"coordinator": "eager", "incremental": "incremental", "consumer": "consumer"}
 
 #: How often the main thread looks whether the commands ended while it waits for them or for a signal (its signal
 #: handlers run between these waits).
@@ -82,6 +93,8 @@ class Worker:
         self.args = args
         self.journal = journal
         self.consumers: dict[str, AnyConsumer] = {}
+        #: consumer id -> (group, topic, instance id): what a restart starts again
+        self.placed: dict[str, tuple[str, str, str | None]] = {}
         #: what the stop skipped, every consumer's (filled by close_all and by an add the stop overtook)
         self.report = StopReport()
         #: cleared while a command runs
@@ -92,7 +105,9 @@ class Worker:
         #: the consumers' application loop (paused consumers: poll() returns nothing but runs their callbacks)
         self.polling = PollLoop(POLL_EVERY_S, name="worker-poll")
 
-    def new_consumer(self, group: str, topic: str) -> AnyConsumer:
+    def new_consumer(self, group: str, topic: str, instance_id: str | None = None) -> AnyConsumer:
+        """A consumer of this worker's protocol, paused (not started).  :raises ConfigurationError: an instance id
+        with a protocol other than ``consumer``, or one that is not valid."""
         config = ConsumerConfig(
             group=group,
             subscription=Subscription.static({topic: 1}),
@@ -100,7 +115,8 @@ class Worker:
             data_dir=self.args.data_dir,
             session_timeout_s=self.args.session_timeout,
             max_poll_records=self.args.max_poll_records,
-            rebalance="incremental" if self.args.protocol == "incremental" else "eager",
+            rebalance=REBALANCE.get(self.args.protocol, "eager"),
+            instance_id=instance_id,
         )
         if self.args.protocol == "zk-client":
             legacy = LegacyConfig(
@@ -117,37 +133,68 @@ class Worker:
             return {"ok": True, "pid": self.journal.pid, "consumers": len(self.consumers)}
         if op == "add":
             group, topic, count = str(command["group"]), str(command["topic"]), int(command.get("count", 1))
-            started: list[str] = []
-            for _ in range(count):
-                consumer = self.new_consumer(group, topic)
-                try:
-                    consumer.start()
-                except BaseException:
-                    # whatever start() got to: threads, session
-                    with contextlib.suppress(ZkCoordError, OSError, RuntimeError):
-                        consumer.close(timeout=self.args.shutdown_timeout)
-                    raise
-                with self._lock:
-                    stopping = self._stopping
-                    if stopping is None:
-                        self.consumers[consumer.consumer_id] = consumer
-                        if isinstance(consumer, Consumer):
-                            self.polling.add(consumer)
-                if stopping is not None:  # the stop began while it started: closed within the same budget
-                    self.report.merge(consumer.close(budget=stopping))
-                    raise RuntimeError("the worker is stopping")
-                started.append(consumer.consumer_id)
+            instances = [str(i) for i in command.get("instance_ids") or []]
+            if instances and len(instances) != count:
+                return {"ok": False, "error": f"{len(instances)} instance ids for {count} consumers"}
+            started = [self.start_one(group, topic, instances[k] if instances else None) for k in range(count)]
             return {"ok": True, "consumers": started}
         if op == "remove":
             consumer_id = str(command["consumer"])
             if consumer_id not in self.consumers:
                 return {"ok": False, "error": f"no consumer {consumer_id} in this worker"}
-            leaving = self.consumers.pop(consumer_id)
-            if isinstance(leaving, Consumer):
-                self.polling.remove(leaving)
-            leaving.close(timeout=self.args.shutdown_timeout)
+            self.close_one(consumer_id)
             return {"ok": True, "consumer": consumer_id}
+        if op == "restart":
+            consumer_id = str(command["consumer"])
+            if consumer_id not in self.consumers:
+                return {"ok": False, "error": f"no consumer {consumer_id} in this worker"}
+            group, topic, instance_id = self.placed[consumer_id]
+            began = time.monotonic()
+            self.close_one(consumer_id)
+            closed = time.monotonic()
+            new_id = self.start_one(group, topic, instance_id)
+            return {
+                "ok": True,
+                "consumer": new_id,
+                "previous": consumer_id,
+                "instance_id": instance_id,
+                "closed_ms": round((closed - began) * 1000, 1),
+                "started_ms": round((time.monotonic() - closed) * 1000, 1),
+            }
         return {"ok": False, "error": f"unknown command {op!r}"}
+
+    def start_one(self, group: str, topic: str, instance_id: str | None) -> str:
+        """Start one consumer (``start()`` returns once its member znode exists); its id.  Command thread.
+
+        :raises RuntimeError: the worker's stop began meanwhile (the consumer is closed within its budget).
+        """
+        consumer = self.new_consumer(group, topic, instance_id)
+        try:
+            consumer.start()
+        except BaseException:
+            # whatever start() got to: threads, session
+            with contextlib.suppress(ZkCoordError, OSError, RuntimeError):
+                consumer.close(timeout=self.args.shutdown_timeout)
+            raise
+        with self._lock:
+            stopping = self._stopping
+            if stopping is None:
+                self.consumers[consumer.consumer_id] = consumer
+                self.placed[consumer.consumer_id] = (group, topic, instance_id)
+                if isinstance(consumer, Consumer):
+                    self.polling.add(consumer)
+        if stopping is not None:  # the stop began while it started: closed within the same budget
+            self.report.merge(consumer.close(budget=stopping))
+            raise RuntimeError("the worker is stopping")
+        return consumer.consumer_id
+
+    def close_one(self, consumer_id: str) -> None:
+        """Close one consumer (it deregisters; a static member's instance id is released with its session)."""
+        leaving = self.consumers.pop(consumer_id)
+        self.placed.pop(consumer_id, None)
+        if isinstance(leaving, Consumer):
+            self.polling.remove(leaving)
+        leaving.close(timeout=self.args.shutdown_timeout)
 
     def close_all(self, budget: StopBudget) -> StopReport:
         """Close every consumer in parallel within ``budget`` (each journals what it skipped) and return what they
