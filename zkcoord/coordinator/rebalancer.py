@@ -157,6 +157,7 @@ class Rebalancer:
             generations=lambda group: self.generations.get(group, 0),
             metrics=self.metrics,
             group_state=self.group_state,
+            registries=self.registries,
             ack_watch=ack_watch,
             clock=clock,
             wall_ms=wall_ms,

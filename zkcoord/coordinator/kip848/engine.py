@@ -50,7 +50,7 @@ from zkcoord.coordinator.kip848.model import (
     state_target,
 )
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.snapshot import ReadResult
+from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult
 from zkcoord.errors import NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
@@ -100,6 +100,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         generations: Callable[[str], int] = lambda _group: 0,
         metrics: Metrics | None = None,
         group_state: dict[str, str] | None = None,
+        registries: dict[str, KnownRegistry] | None = None,
         ack_watch: Callable[[WatchEvent], None] | None,
         clock: Callable[[], float],
         wall_ms: Callable[[], int],
@@ -117,6 +118,9 @@ class Reconciler(Acknowledgements, MemberChanges):
         self.metrics = metrics or Metrics()
         #: each group's state for the metrics (the rebalancer's map, shared): kept current as phases change
         self.group_state = group_state if group_state is not None else {}
+        #: the ownership registries this term left behind (the rebalancer's map, shared): a group read again while
+        #: its state is at the version a write left needs no owner znode read (the classic path's KnownRegistry)
+        self.registries = registries if registries is not None else {}
         self.ack_watch = ack_watch
         self.clock = clock
         self.wall_ms = wall_ms
@@ -277,7 +281,7 @@ class Reconciler(Acknowledgements, MemberChanges):
             model.basis = now  # read back, and nothing changed since the records were written
             return []
         epoch = model.epochs.group_epoch + 1
-        if not model.stable() and model.epochs.group_epoch:
+        if model.phase is GroupPhase.RECONCILING and model.epochs.group_epoch:  # the last epoch was not reached
             self.journal.emit(
                 "rebalance.aborted",
                 group=model.group,
@@ -355,6 +359,11 @@ class Reconciler(Acknowledgements, MemberChanges):
         except PhaseWriteError as e:
             self._retry(model.group, str(e))
             return
+        # Every owner znode change of the group is written with the state (grants, cleanups, fences, renames): at
+        # this version of the state the registry is exactly the model's.
+        self.registries[model.group] = KnownRegistry(
+            model.state_version, {t: dict(ps) for t, ps in model.registry.items() if ps}
+        )
         self._sent(model, steps, commands, created)
         if phase is GroupPhase.STABLE and model.phase is not GroupPhase.STABLE:
             self._completed(model)
