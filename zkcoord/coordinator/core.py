@@ -164,6 +164,7 @@ class Coordinator:
             self._step(self._refresh_configs)
             self._step(self._refresh_members)
             self._step(self._pump)
+            self._step(self._flush)
 
     def _step(self, action: Callable[..., None], event: Event | None = None) -> None:
         """Run one step of the worker; a fence ends the term, a ZooKeeper error retries a little later."""
@@ -242,6 +243,10 @@ class Coordinator:
     def _refresh_members(self) -> None:
         if self.role is Role.COORDINATOR and not self.suspended:
             self.watchers.refresh_members()
+
+    def _flush(self) -> None:
+        if self.role is Role.COORDINATOR and self.rebalancer is not None and not self.suspended:
+            self.rebalancer.flush()
 
     def forget_term(self) -> None:
         """The term ended (worker): its watches end at their next call; drop its timers, requests and views."""

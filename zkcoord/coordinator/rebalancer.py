@@ -323,10 +323,16 @@ class Rebalancer:
             return True
         return False
 
+    def flush(self) -> None:
+        """The end of a worker turn: the consumer-protocol groups answer the acknowledgements it brought."""
+        self.kip848.flush()
+
     def on_timer(self, group: str, token: int) -> None:
         if token >= TOKENS:
             self.kip848.on_timer(group, token)
             return
+        if token == -2:
+            return  # only a wake-up: the turn ends with a flush
         attempt = self.active.get(group)
         if attempt is None or attempt.token != token:
             return

@@ -32,6 +32,8 @@ class Acknowledgements:
     metrics: Metrics
     ack_watch: Callable[[WatchEvent], None] | None
     _timers: dict[int, tuple[str, str, str]]
+    #: groups with acknowledgements not answered by a round yet
+    _dirty: set[str]
 
     def _round(self, model: GroupModel, ops: list[Op]) -> None:
         raise NotImplementedError
@@ -108,4 +110,6 @@ class Acknowledgements:
             model.resend[member] = inflight.option
         elif inflight.option is CommandOption.STOP_FETCHER:
             model.must_stop.discard(member)
-        self._round(model, [])
+        # The round waits for the worker's batch of events to end (:meth:`Reconciler.flush`): acknowledgements that
+        # arrived together are answered by one round, in one write.
+        self._dirty.add(model.group)

@@ -131,6 +131,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         #: timer token -> (group, member): a revocation's deadline, or a fenced member's grace
         self._timers: dict[int, tuple[str, str, str]] = {}
         self._tokens = TOKENS
+        self._dirty: set[str] = set()
         #: when each group's current rebalance (group epoch) was requested, for its latency
         self._requested: dict[str, float] = {}
 
@@ -210,6 +211,24 @@ class Reconciler(Acknowledgements, MemberChanges):
             return self.zk.exists(paths.kip848(group)) is not None
         except ZkError:
             return True  # unknown: the engine's read will retry; the classic path would free what may be held
+
+    def flush(self) -> None:
+        """Answer the acknowledgements of the worker's last batch of events: one round per group that had some (a
+        round may find more, already acknowledged, while it watches its commands: answered too)."""
+        for _ in range(8):
+            if not self._dirty:
+                return
+            dirty, self._dirty = sorted(self._dirty), set()
+            for group in dirty:
+                model = self.models.get(group)
+                if model is None:
+                    continue
+                try:
+                    self._round(model, [])
+                except Kip848Error as e:
+                    self._distrust(group, e)
+        if self._dirty:
+            self.schedule(0.0, sorted(self._dirty)[0], -2)  # wake the worker again: flushed at its next turn
 
     def forget(self, group: str) -> None:
         """The group is no longer the consumer protocol's (a member of another joined): the classic path runs it
