@@ -54,6 +54,8 @@ class ScriptedConsumer:
     stop_ack_delay_s: float = 0.0
     #: registers ``"protocol": "consumer"`` (KIP-848's consumer protocol)
     consumer_protocol: bool = False
+    #: a static member's instance id (consumer protocol; the scripted member does not hold ``instances/<id>``)
+    instance_id: str | None = None
     seen: list[Seen] = field(default_factory=list)
     owned: dict[str, dict[int, str]] = field(default_factory=dict)
     fetching: bool = False
@@ -93,6 +95,7 @@ class ScriptedConsumer:
             int(time.time() * 1000),
             max_poll_interval_ms=self.max_poll_interval_ms,
             consumer_protocol=self.consumer_protocol,
+            instance_id=self.instance_id,
         )
         return self.zk.kazoo.create_async(paths.member(self.group, self.consumer_id), reg.encode(), ephemeral=True)
 

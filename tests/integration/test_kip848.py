@@ -241,3 +241,30 @@ def test_an_eager_group_rolls_onto_the_consumer_protocol_member_by_member(run: R
     producer.wait(timeout=120)
     ledger = run.wait_consumed_all("m", {"t"}, timeout=90)
     assert ledger.overlaps() == [], "S2: a partition was fetched by two consumers at overlapping times"
+
+
+def test_a_static_member_that_does_not_come_back_within_its_hold_leaves_for_good(zk_hosts: str, tmp_path: Path) -> None:
+    """A static member leaves: its partitions are held for its instance id (nobody else is told anything) until the
+    hold ends; then it leaves for good and the group rebalances; one that registers with its instance id after that
+    is a new member (a join, a new group epoch), not its replacement."""
+    with ExitStack() as stack:
+        cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
+        cluster.broker(1, static_hold_s=2.0)
+        TopicAdmin(cluster.admin_zk).create("t", 4)
+        a = cluster.consumer("h", {"t": 1}, consumer_protocol=True, instance_id="a")
+        b = cluster.consumer("h", {"t": 1}, consumer_protocol=True, instance_id="b")
+        wait_until(lambda: len(a.partitions()) == 2 and len(b.partitions()) == 2, 20, "two each")
+        wait_until(lambda: cluster.state("h").phase is GroupPhase.STABLE, 10, "the group stable")
+        told_b = len(cluster.events("command.sent", consumer=b.consumer_id))
+        a.close()
+        wait_until(lambda: bool(cluster.events("kip848.member_held", consumer=a.consumer_id)), 10, "a held")
+        [held] = cluster.events("kip848.member_held", consumer=a.consumer_id)
+        b.wait_for(lambda c: len(c.partitions()) == 4, timeout=15)
+        [left] = cluster.events("kip848.member_left", consumer=a.consumer_id)
+        assert left.mono_ns - held.mono_ns >= 1.9e9, "the hold ended early"
+        grants = cluster.events("command.sent", consumer=b.consumer_id)[told_b:]
+        assert grants and min(e.mono_ns for e in grants) >= left.mono_ns, "b was told something during the hold"
+        again = cluster.consumer("h", {"t": 1}, consumer_protocol=True, instance_id="a")
+        again.wait_for(lambda c: len(c.partitions()) == 2, timeout=15)
+        assert cluster.events("kip848.member_joined", consumer=again.consumer_id)
+        assert not cluster.events("kip848.member_replaced", consumer=again.consumer_id)
