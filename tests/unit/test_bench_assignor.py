@@ -22,6 +22,7 @@ def test_a_small_run_writes_every_row(tmp_path: Path, capsys: pytest.CaptureFixt
         ("homogeneous", "full"),
         ("homogeneous", "threads"),
         ("homogeneous", "coordinator (KIP-848)"),
+        ("homogeneous", "coordinator, full"),
         ("homogeneous", "leave (incremental)"),
         ("heterogeneous", "full"),
     }

@@ -8,7 +8,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcoord.coordinator.kip848.model import GroupModel, InFlight, basis, compute_target, round_steps
+from zkcoord.coordinator.kip848.model import (
+    GroupModel,
+    InFlight,
+    basis,
+    compute_target,
+    next_target,
+    round_steps,
+)
 from zkcoord.layout.commands import CommandOption
 from zkcoord.layout.kip848 import GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import PartitionSet
@@ -147,3 +154,22 @@ def test_any_interleaving_keeps_one_holder_per_partition_and_converges(ops: list
     every = sorted(p for c in model.currents.values() for p in c.assigned.pairs())
     subscribed = {t for threads in model.threads.values() for t in threads}
     assert every == sorted(PartitionSet.of({t: range(TOPICS[t]) for t in subscribed}).pairs())
+
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 7)), min_size=1, max_size=25))
+def test_the_target_on_the_change_equals_the_full_computation(changes: list[tuple[bool, int]]) -> None:
+    """``next_target`` with its cache (one join or leave worked on the change) gives exactly what
+    ``compute_target`` gives sticky to the previous target, through any sequence of joins and leaves."""
+    topics = {"a": 7, "b": 5}
+    members: dict[str, dict[str, int]] = {"m0": dict.fromkeys(topics, 1)}
+    target, cache = next_target(None, "uniform", members, topics, {})
+    for join, i in changes:
+        member = f"m{i}"
+        if join:
+            members[member] = dict.fromkeys(topics, 1)
+        elif member in members and len(members) > 1:
+            del members[member]
+        expected = compute_target("uniform", members, topics, target)
+        target, cache = next_target(cache, "uniform", members, topics, target)
+        assert target == expected

@@ -18,8 +18,10 @@ This benchmark times the same join three ways:
 * ``threads``: :func:`~zkcoord.protocol.assignors.uniform_assign`, the thread-level form the coordinator's
   incremental rebalance calls with the ownership registry (``topic -> partition -> thread``) as ``previous``: the
   full computation plus the conversions from and to threads;
-* ``coordinator (KIP-848)``: :func:`~zkcoord.coordinator.kip848.model.compute_target`, what the consumer protocol's
-  coordinator calls at a group-epoch bump, with the previous target: the full computation plus its conversions.
+* ``coordinator (KIP-848)``: :func:`~zkcoord.coordinator.kip848.model.next_target`, what the consumer protocol's
+  coordinator calls at a group-epoch bump: the join on the change (its cache holds the previous target as a uniform
+  group) plus the conversion to its records; ``coordinator, full``: the full computation it falls back to
+  (:func:`~zkcoord.coordinator.kip848.model.compute_target`).
 
 and, for reference, ``leave`` (:meth:`~zkcoord.protocol.assignors.UniformGroup.leave` of one member) and the
 heterogeneous case of Kafka's benchmark (members in 5 buckets, each bucket on its own fifth of the topics; the new
@@ -49,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.bench.common import BenchError, default_out, envelope, write_document
-from zkcoord.coordinator.kip848.model import compute_target
+from zkcoord.coordinator.kip848.model import UniformCache, compute_target, next_target
 from zkcoord.layout.partition_set import PartitionSet
 from zkcoord.protocol.assignors import Assignment, GroupAssignment, UniformGroup, uniform, uniform_assign
 
@@ -114,6 +116,8 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
     thread_subs = dict.fromkeys([*old, joiner], dict.fromkeys(names, 1))  # one dict shared: identical subscriptions
     previous = _to_threads(dict(group.assignment))
     targets = {m: PartitionSet.of(h) for m, h in group.assignment.items()}
+    # What the consumer protocol's coordinator holds after the previous bump: the target as a uniform group.
+    cache = UniformCache(group, frozenset(old))
     shape = {"members": members, "ratio": ratio, "topics": topics, "partitions": per_topic * topics, "moved": moved}
     rows = [
         {**shape, "case": "homogeneous", "how": "incremental", **_timed(lambda: group.join(joiner), repeats)},
@@ -133,6 +137,12 @@ def homogeneous(members: int, ratio: int, topics: int, repeats: int) -> list[dic
             **shape,
             "case": "homogeneous",
             "how": "coordinator (KIP-848)",
+            **_timed(lambda: next_target(cache, "uniform", thread_subs, counts, targets), repeats),
+        },
+        {
+            **shape,
+            "case": "homogeneous",
+            "how": "coordinator, full",
             **_timed(lambda: compute_target("uniform", thread_subs, counts, targets), max(3, repeats // 4)),
         },
     ]

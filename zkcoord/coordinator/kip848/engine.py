@@ -44,7 +44,7 @@ from zkcoord.coordinator.kip848.model import (
     InFlight,
     MemberStep,
     basis,
-    compute_target,
+    next_target,
     rack_inputs,
     round_steps,
     state_target,
@@ -294,7 +294,9 @@ class Reconciler(Acknowledgements, MemberChanges):
             # registry its state vouches for): the first target is sticky to what the members fetch, as Kafka's
             # online upgrade takes the classic group's assignment for its members' targets.
             previous = {m: c.assigned for m, c in model.currents.items() if c.assigned}
-        target = compute_target(assignor, model.threads, topics, previous, racks)
+        target, model.uniform_cache = next_target(
+            model.uniform_cache, assignor, model.threads, topics, previous, racks=racks
+        )
         read_back = model.basis is None and bool(model.targets)  # (a rebuilt model has no targets: it always bumps)
         if read_back and assignor == model.assignor and target == {m: previous.get(m) for m in target}:
             model.basis = now  # read back, and nothing changed since the records were written

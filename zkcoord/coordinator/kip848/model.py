@@ -24,6 +24,7 @@ from zkcoord.layout.group_state import GroupPhase
 from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import NO_PARTITIONS, PartitionSet
 from zkcoord.protocol.assignors.classic import thread_id
+from zkcoord.protocol.assignors.incremental import UniformGroup
 from zkcoord.protocol.assignors.racks import PartitionRacks, Racks
 from zkcoord.protocol.assignors.server_range import server_range
 from zkcoord.protocol.assignors.uniform import uniform
@@ -108,6 +109,8 @@ class GroupModel:
     channels: set[str] = field(default_factory=set)
     owner_topics: set[str] = field(default_factory=set)
     assignor: str = "uniform"
+    #: the last target as a homogeneous uniform group, to compute the next on the change (:func:`next_target`)
+    uniform_cache: UniformCache | None = None
     #: the phase the group state was last written with (None: not by this model)
     phase: GroupPhase | None = None
 
@@ -192,6 +195,49 @@ def compute_target(
         current = {m: p for m, p in previous.items() if m in subscriptions}
         result = uniform(subscriptions, counts, current, racks=racks)
     return {m: PartitionSet.of(result.get(m, {})) for m in subscriptions}
+
+
+@dataclass(frozen=True, slots=True)
+class UniformCache:
+    """The last target a homogeneous ``uniform`` group was given, with its size classes
+    (:class:`~zkcoord.protocol.assignors.UniformGroup`), so that the next one joins or drops one member on the change
+    instead of over every member."""
+
+    group: UniformGroup
+    members: frozenset[str]
+
+
+def next_target(
+    cache: UniformCache | None,
+    assignor: str,
+    threads: Mapping[str, Mapping[str, int]],
+    partitions: Mapping[str, int],
+    previous: Mapping[str, PartitionSet],
+    *,
+    racks: Racks | None = None,
+) -> tuple[dict[str, PartitionSet], UniformCache | None]:
+    """:func:`compute_target`, on the change where it can be: for a homogeneous ``uniform`` group (every member on the
+    same topics, no racks) whose ``cache`` holds the previous target, one member joining or leaving is
+    :meth:`UniformGroup.join` / :meth:`~UniformGroup.leave` -- equal to the full computation sticky to the previous
+    target, in time proportional to the change (Kafka's assignor works on the whole group: 1.98 ms at 10 000 members
+    x 10 partitions; ``zkcoord bench assignor``).  Anything else is the full computation.  Returns the target and the
+    cache for the next one (``None``: not homogeneous ``uniform``)."""
+    topic_sets = {frozenset(subs) for subs in threads.values()}
+    if assignor != "uniform" or racks is not None or len(topic_sets) != 1:
+        return compute_target(assignor, threads, partitions, previous, racks), None
+    [topics] = topic_sets
+    counts = {t: partitions[t] for t in topics if t in partitions}
+    members = frozenset(threads)
+    group = None
+    if cache is not None and cache.group.topics == {t: n for t, n in counts.items() if n > 0}:
+        joined, left = members - cache.members, cache.members - members
+        if cache.members == frozenset(previous) and len(joined) + len(left) == 1:
+            group = cache.group.join(next(iter(joined))) if joined else cache.group.leave(next(iter(left)))
+    if group is None:
+        current = {m: p for m, p in previous.items() if m in members}
+        group = UniformGroup.start(members, counts, current)
+    target = {m: PartitionSet.of(group.assignment.get(m, {})) for m in members}
+    return target, UniformCache(group, members)
 
 
 def place(member: str, topic: str, partitions: frozenset[int], count: int, held: Mapping[int, str]) -> dict[int, str]:
