@@ -160,12 +160,14 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     # A committed offset beyond the log's end: the consumer resets it and records the reset under resets/.
     run.zk.create(paths.offset("reset", "t", 0), encode_int(999_999_999), makepath=True)
     run.consumer("reset", "t")
+    run.consumer("kip", "t", extra=("--protocol", "consumer", "--instance-id", "i1"))  # KIP-848's records, instances/
     paused = run.consumer("eager", "t")
     run.wait_members("eager", 2)
     run.wait_members("incr", 1)
     run.wait_members("mig", 1)
+    run.wait_members("kip", 1)
     assert producer.wait(60) == 0
-    for group in ("eager", "incr", "old", "mig", "reset"):
+    for group in ("eager", "incr", "old", "mig", "reset", "kip"):
         run.wait_consumed_all(group, {"t"})
 
     # A paused member cannot acknowledge, so the stop-fetcher of the next rebalance stays in its channel.

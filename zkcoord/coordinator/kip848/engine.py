@@ -198,15 +198,15 @@ class Reconciler(Acknowledgements, MemberChanges):
                 model.fenced[member] = self._timer(model, member, "grace", self.config.fence_grace_s)
 
     def keeps(self, group: str, read: ReadResult) -> bool:
-        """Whether an empty group is still this engine's: it holds members' partitions for them (fenced, or static
-        and held), in memory or in records a coordinator taking over finds (``kip848`` exists).  Handing such a
-        group to the classic path would free what they hold."""
+        """Whether an empty group is still this engine's: it ran it (in memory, or in records a coordinator taking
+        over finds: ``kip848`` exists).  Handing it to the classic path would free what fenced or held members hold,
+        and make the next consumer-protocol member rebuild it; a member of another protocol joining does hand it
+        over (the group is mixed then)."""
         snap = read.snapshot
         if snap.members or snap.legacy or snap.unreadable:
             return False
-        model = self.models.get(group)
-        if model is not None:
-            return bool(model.fenced or model.absent)
+        if group in self.models:
+            return True  # the engine has run it: its last members leaving do not hand it to the classic path
         try:
             return self.zk.exists(paths.kip848(group)) is not None
         except ZkError:
