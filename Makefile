@@ -38,7 +38,7 @@ typecheck: setup
 # Two workers (the machine's two cores; most tests wait on sessions and processes, not the CPU); every test that
 # starts Spark runs on one of them (tests/conftest.py groups them).
 pytest: setup
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=25
 
 test: lint typecheck pytest
 
