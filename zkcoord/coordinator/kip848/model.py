@@ -25,6 +25,7 @@ from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberState, M
 from zkcoord.layout.partition_set import NO_PARTITIONS, PartitionSet
 from zkcoord.protocol.assignors.classic import thread_id
 from zkcoord.protocol.assignors.incremental import UniformGroup
+from zkcoord.protocol.assignors.members import Holdings
 from zkcoord.protocol.assignors.racks import PartitionRacks, Racks
 from zkcoord.protocol.assignors.server_range import server_range
 from zkcoord.protocol.assignors.uniform import uniform
@@ -229,14 +230,20 @@ def next_target(
     counts = {t: partitions[t] for t in topics if t in partitions}
     members = frozenset(threads)
     group = None
+    before: Mapping[str, Holdings] = {}
     if cache is not None and cache.group.topics == {t: n for t, n in counts.items() if n > 0}:
         joined, left = members - cache.members, cache.members - members
         if cache.members == frozenset(previous) and len(joined) + len(left) == 1:
             group = cache.group.join(next(iter(joined))) if joined else cache.group.leave(next(iter(left)))
+            before = cache.group.assignment  # a member's holdings untouched by the change are the same object
     if group is None:
         current = {m: p for m, p in previous.items() if m in members}
         group = UniformGroup.start(members, counts, current)
-    target = {m: PartitionSet.of(group.assignment.get(m, {})) for m in members}
+    now = group.assignment
+    target = {
+        m: previous[m] if m in previous and m in before and now.get(m) is before[m] else PartitionSet.of(now.get(m, {}))
+        for m in members
+    }
     return target, UniformCache(group, members)
 
 
