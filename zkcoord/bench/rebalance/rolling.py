@@ -38,12 +38,9 @@ from zkcoord.bench.rebalance.events import Event, count_events, outage
 from zkcoord.bench.rebalance.measures import Reading, usage_of
 from zkcoord.bench.rebalance.sessions import ROLES
 from zkcoord.bench.rebalance.timeline import CONSUMER, GroupTracker
-from zkcoord.bench.rebalance.waits import POLL_S, QUIET_S, JournalWaits
+from zkcoord.bench.rebalance.waits import QUIET_S, JournalWaits
 from zkcoord.bench.rebalance.zkfloor import stats
 from zkcoord.coordinator.config import CoordinatorConfig
-
-#: the quiet window before each restart in which the background request rate is measured (as for a change)
-BACKGROUND_S = 0.5
 
 
 class Run(Protocol):
@@ -169,11 +166,7 @@ class RollingRestart:
 
     def _restart(self, index: int, old: str, tracker: GroupTracker) -> Restart:
         cfg, bench = self.config, self.bench
-        bench.waits.wait_quiet(QUIET_S, 30.0)
-        quiet = bench.reading()
-        time.sleep(BACKGROUND_S)
-        bench.waits.pump()
-        before = bench.reading()
+        quiet, before = bench.waits.background(bench.reading)
         first, initial = tracker.snapshot()
         owner_before = [self._instance_of(holders) for holders in initial]
         instance = self.instance[old]
@@ -226,14 +219,12 @@ class RollingRestart:
         """Until the new consumer took its predecessor's place and the group is stable again with every partition
         fetched by exactly one member, then quiet for :data:`QUIET_S`; False at ``deadline``."""
         waits = self.bench.waits
-        while True:
-            waits.pump()
-            done = tracker.fetched_once() and _stable_ts(tracker.events[first:], new) is not None
-            if done and waits.quiet_for(QUIET_S):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(POLL_S)
+
+        def back() -> bool:
+            stable = tracker.fetched_once() and _stable_ts(tracker.events[first:], new) is not None
+            return stable and waits.quiet_for(QUIET_S)
+
+        return waits.until(back, deadline)
 
     def _instance_of(self, holders: set[tuple[str, str]]) -> str | None:
         return instance_of(holders, self.instance)

@@ -62,7 +62,7 @@ from zkcoord.bench.rebalance.measures import (
 from zkcoord.bench.rebalance.rolling import RollingRestart
 from zkcoord.bench.rebalance.sessions import read_sessions
 from zkcoord.bench.rebalance.timeline import CONSUMER, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
-from zkcoord.bench.rebalance.waits import QUIET_S, JournalWaits
+from zkcoord.bench.rebalance.waits import JournalWaits
 from zkcoord.bench.rebalance.zkfloor import Floor, measure_floor, read_counters
 from zkcoord.errors import ZkCoordError
 from zkcoord.layout import legacy_paths, paths
@@ -70,8 +70,6 @@ from zkcoord.zk import ZkClient, ZkConfig
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = default_out("rebalance")
-#: the quiet window before each change in which the background request rate is measured
-BACKGROUND_S = 0.5
 SHORT = {COORDINATOR: "co", INCREMENTAL: "in", CONSUMER: "cs", LEGACY: "zk"}
 
 
@@ -263,11 +261,7 @@ class RebalanceBench:
     ) -> list[Change]:
         """One consumer joins (or the one that joined leaves) every group at once; measure each group's change."""
         cfg = self.config
-        self.waits.wait_quiet(QUIET_S, 30.0)
-        quiet = self.reading()
-        time.sleep(BACKGROUND_S)
-        self.waits.pump()
-        before = self.reading()
+        quiet, before = self.waits.background(self.reading)
         snapshots = {}
         for name, tracker in self.trackers.items():
             tracker.disarm()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from zkcoord.bench.common import BenchError
 from zkcoord.bench.rebalance.config import BenchConfig, Progress
@@ -18,6 +20,10 @@ from zkcoord.bench.rebalance.timeline import COORDINATED, LEGACY, GroupTracker, 
 QUIET_S = 0.3
 #: how often the driver reads the journals
 POLL_S = 0.05
+#: the quiet window before each change in which the background request rate is measured
+BACKGROUND_S = 0.5
+
+T = TypeVar("T")
 #: ``zkcoord broker``'s default ``--rebalance-timeout``: the longest a coordinator phase waits in silence
 COORDINATOR_PHASE_TIMEOUT_S = 10.0
 
@@ -93,14 +99,30 @@ class JournalWaits:
                     self.say(f"  {t.name}: {t.progress()}")
             time.sleep(POLL_S)
 
-    def wait_quiet(self, seconds: float, timeout: float) -> None:
-        """Until every tracked group has been quiet for ``seconds``, at most ``timeout``."""
-        deadline = time.monotonic() + timeout
+    def until(self, done: Callable[[], bool], deadline: float) -> bool:
+        """Read the journals until ``done()`` (checked after each read), every :data:`POLL_S` (journal files give
+        no notification); False at ``deadline`` (monotonic seconds)."""
         while True:
             self.pump()
-            if self.quiet_for(seconds) or time.monotonic() >= deadline:
-                return
+            if done():
+                return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(POLL_S)
+
+    def wait_quiet(self, seconds: float, timeout: float) -> None:
+        """Until every tracked group has been quiet for ``seconds``, at most ``timeout``."""
+        self.until(lambda: self.quiet_for(seconds), time.monotonic() + timeout)
+
+    def background(self, reading: Callable[[], T]) -> tuple[T, T]:
+        """The readings that bracket the background window before a change: once the groups are quiet, one reading,
+        then another :data:`BACKGROUND_S` later (the request rate of a quiet cluster is a rate over time: a window,
+        not a condition to wait for).  The change's own usage subtracts that rate."""
+        self.wait_quiet(QUIET_S, 30.0)
+        quiet = reading()
+        time.sleep(BACKGROUND_S)
+        self.pump()
+        return quiet, reading()
 
     def wait_quiet_journal(self, seconds: float, timeout: float) -> None:
         """After a protocol's workers stopped: until no process journals anything for ``seconds`` (the coordinator

@@ -8,6 +8,7 @@ Threads: the coordinator's worker thread; the watches it sets only enqueue.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from zkcoord.coordinator.acks import acknowledges
@@ -21,7 +22,7 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.zk import WatchEvent, ZkClient
 
 
-class Acknowledgements:
+class Acknowledgements(ABC):
     """Following the commands of the consumer-protocol groups (worker thread only)."""
 
     zk: ZkClient
@@ -35,11 +36,13 @@ class Acknowledgements:
     #: groups with acknowledgements not answered by a round yet
     _dirty: set[str]
 
+    @abstractmethod
     def _round(self, model: GroupModel, ops: list[Op]) -> None:
-        raise NotImplementedError
+        """Step the group's members and write it all with ``ops`` (the engine's)."""
 
+    @abstractmethod
     def _retry(self, group: str, reason: str) -> None:
-        raise NotImplementedError
+        """Drop the group's model and read it again shortly (the engine's)."""
 
     # --- acknowledgements ------------------------------------------------------------------------------------------
 

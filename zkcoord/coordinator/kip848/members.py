@@ -8,6 +8,7 @@ Threads: the coordinator's worker thread.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
 from zkcoord.coordinator.commands import Op
@@ -22,7 +23,7 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient
 
 
-class MemberChanges:
+class MemberChanges(ABC):
     """Membership of the consumer-protocol groups (worker thread only)."""
 
     zk: ZkClient
@@ -35,14 +36,17 @@ class MemberChanges:
     _timers: dict[int, tuple[str, str, str]]
     _tokens: int
 
+    @abstractmethod
     def _round(self, model: GroupModel, ops: list[Op]) -> None:
-        raise NotImplementedError
+        """Step the group's members and write it all with ``ops`` (the engine's)."""
 
+    @abstractmethod
     def _retry(self, group: str, reason: str) -> None:
-        raise NotImplementedError
+        """Drop the group's model and read it again shortly (the engine's)."""
 
+    @abstractmethod
     def _maybe_bump(self, model: GroupModel, topics: Mapping[str, int], trigger: str, requested_at: float) -> list[Op]:
-        raise NotImplementedError
+        """A new group epoch and target if their inputs changed: its operations (the engine's)."""
 
     def _timer(self, model: GroupModel, member: str, kind: str, delay: float) -> int:
         """Arm a timer of ``kind`` for ``member``; its token."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from zkcoord.coordinator.kip848.model import GroupModel, InFlight
 from zkcoord.coordinator.plan import registry_vouched
 from zkcoord.coordinator.snapshot import ReadResult
-from zkcoord.errors import CodecError
+from zkcoord.errors import CodecError, NoNodeError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
@@ -66,7 +66,10 @@ def load(
         state_version=read.state_version,
         owner_topics=set(read.owner_topics),
     )
-    model.channels = set(zk.get_children(paths.channel_root(group))) if zk.exists(paths.channel_root(group)) else set()
+    try:
+        model.channels = set(zk.get_children(paths.channel_root(group)))
+    except NoNodeError:
+        model.channels = set()  # no member has created its channel yet
     names = zk.children_many([paths.targets_root(group), paths.currents_root(group)])
     target_names, current_names = names[0] or [], names[1] or []
     model.have_target, model.have_current = set(target_names), set(current_names)
