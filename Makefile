@@ -35,8 +35,8 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-# Two workers (the machine's two cores; most tests wait on sessions and processes, not the CPU); every test that
-# starts Spark runs on one of them (tests/conftest.py groups them).
+# Two workers (the machine's two cores; most tests wait on sessions and processes, not the CPU); the tests under
+# tests/spark share one SparkSession on one of them, the longest tests start first (tests/scheduling.py).
 pytest: setup
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=25
 

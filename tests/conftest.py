@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from tests.scheduling import SparkTogether, scope_of
 from tests.zkutil import TEST_CONFIG, ZkFactory
 from zkcoord.errors import ZkServerError
 from zkcoord.zkserver import ZkServer, find_java, find_zookeeper_classpath, log_tail
@@ -131,19 +132,33 @@ settings.register_profile("zkcoord", suppress_health_check=[HealthCheck.too_slow
 settings.load_profile("zkcoord")
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test``'s scheduler (:mod:`tests.scheduling`): the shared-session Spark tests on one worker, the rest
+    wherever a worker is free.  Only with ``--dist loadgroup`` (the Makefile's): other ``--dist`` modes still work."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return SparkTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``), every test that starts Spark runs
-    on one worker: one JVM of Spark at a time on a 2-core machine, and one session shared by those tests.  They come
-    first, so that this longest share starts at once while the other worker takes everything else."""
-    spark = [item for item in items if item.get_closest_marker("spark") is not None]
-    for item in spark:
-        item.add_marker(pytest.mark.xdist_group("spark"))
-        if item.get_closest_marker("timeout") is None:
+    """Longest first, so that the two workers finish together: the tests sharing one SparkSession (one unit of work,
+    see :mod:`tests.scheduling`), then the other tests that start Spark (whole demos), then the slow ones, then the
+    rest, each part in collection order."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None and item.get_closest_marker("timeout") is None:
             # A module's shared analysis runs in its first test's setup; a timeout's signal in the middle of a py4j
             # call garbles the gateway for every later test of the session (seen on a machine loaded by other
             # work): give Spark's tests room rather than a cascade.
             item.add_marker(pytest.mark.timeout(600))
-    items[:] = spark + [item for item in items if item.get_closest_marker("spark") is None]
+
+    def rank(item: pytest.Item) -> int:
+        if scope_of(item.nodeid) == "spark":
+            return 0
+        if item.get_closest_marker("spark") is not None:
+            return 1
+        return 2 if item.get_closest_marker("slow") is not None else 3
+
+    items.sort(key=rank)
 
 
 def pytest_configure(config: pytest.Config) -> None:
