@@ -2,7 +2,8 @@
 
 The test reads the layout's trees out of the document itself, starts a real cluster (a broker hosting the
 coordinator, an eager and an incremental coordinator group, the latter with a dynamic config set by ``zkcoord group
-config``, a Kafka 0.8 ``zk-client`` group and a group migrating from one to the other, a producer), makes the
+config``, a Kafka 0.8 ``zk-client`` group and a group migrating from one to the other, a producer, a checkpoint taken
+by ``zkcoord group checkpoint``), makes the
 coordinator leave a command unacknowledged in the channel of a paused consumer (commands are otherwise deleted within
 milliseconds), and walks the whole tree:
 
@@ -169,6 +170,8 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     assert producer.wait(60) == 0
     for group in ("eager", "incr", "old", "mig", "reset", "kip"):
         run.wait_consumed_all(group, {"t"})
+    checkpointed = run_cli("group", "checkpoint", "eager", "cp", "--zk", run.hosts)  # an operator's checkpoints/
+    assert checkpointed.returncode == 0, checkpointed.stderr
 
     # A paused member cannot acknowledge, so the stop-fetcher of the next rebalance stays in its channel.
     paused_id = next(

@@ -74,6 +74,7 @@ __all__ = [
     "GroupSummary",
     "MemberView",
     "PartitionView",
+    "committed_offsets",
     "consumer_of",
     "describe_group",
     "list_groups",
@@ -278,6 +279,16 @@ class _Merged:
         pending = sum(o.pending is not None for o in self.owned)
         self.status = derive_status(self.members, self.persisted, len(self.unclaimed), pending)
         self.layouts = tuple(lay.value for lay, lr in read.layouts.items() if lr.exists)
+
+
+def committed_offsets(read: GroupRead) -> tuple[dict[Key, int], list[Key]]:
+    """The committed offset that counts for each partition of ``read`` (taken with ``offsets=True``), merged as
+    :func:`describe_group` merges them (:func:`~zkcoord.admin.group_merge.counted_offset`: the owner's layout, or the
+    newer of both), and the partitions whose offset that counts cannot be read."""
+    m = _Merged(read)
+    counted = {key: o.committed for key, o in zip(m.keys, m.owned, strict=True) if o.committed is not None}
+    unreadable = [key for key, o in zip(m.keys, m.owned, strict=True) if o.committed_unreadable]
+    return counted, unreadable
 
 
 def _partition_keys(read: GroupRead) -> list[Key]:

@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,6 +136,15 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[str]], red: Sequence[bool] = ()) -> None:
+    """Print left-aligned columns separated by two spaces, Kafka's tool style; the rows flagged in ``red`` in red
+    (on a terminal: click drops the colour elsewhere)."""
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+    for n, row in enumerate([headers, *rows]):
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        click.echo(click.style(line, fg="red") if n and n - 1 < len(red) and red[n - 1] else line)
 
 
 def echo_json(obj: Any) -> None:

@@ -27,6 +27,8 @@ from zkcoord.admin.groups import GroupDescription, GroupStatus, MemberView, Part
 from zkcoord.admin.groups import list_groups as read_groups
 from zkcoord.admin.kip848_view import Kip848View, member_rows
 from zkcoord.cli.common import ZkCoordGroup, data_dir_option, echo_json, resolve_data_dir, zk_config, zk_options
+from zkcoord.cli.common import echo_table as _table
+from zkcoord.cli.group_admin_cmd import ADMIN_COMMANDS
 from zkcoord.cli.group_config_cmd import config, config_lines, effective_config
 from zkcoord.layout.group_state import GroupPhase
 from zkcoord.layout.names import validate_group
@@ -45,15 +47,8 @@ def group() -> None:
 
 
 group.add_command(config)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], red: Sequence[bool] = ()) -> None:
-    """Print left-aligned columns separated by two spaces, Kafka's tool style; the rows flagged in ``red`` in red
-    (on a terminal: click drops the colour elsewhere)."""
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-    for n, row in enumerate([headers, *rows]):
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        click.echo(click.style(line, fg="red") if n and n - 1 < len(red) and red[n - 1] else line)
+for _command in ADMIN_COMMANDS:
+    group.add_command(_command)
 
 
 def _dash(value: object | None) -> str:

@@ -179,3 +179,13 @@ def reset(group_name: str, topic_name: str, partition: int) -> str:
     """The last out-of-range position a consumer of the group found in the partition
     (``zkcoord.protocol.offset_reset``)."""
     return f"{GROUPS}/{group_name}/resets/{topic_name}/{partition}"
+
+
+def checkpoints_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/checkpoints"
+
+
+def checkpoint(group_name: str, name: str) -> str:
+    """A named checkpoint of the group's committed offsets (:class:`~zkcoord.layout.checkpoints.Checkpoint`), written
+    by ``zkcoord group checkpoint`` and read by ``group reset-offsets --to-checkpoint``."""
+    return f"{GROUPS}/{group_name}/checkpoints/{name}"

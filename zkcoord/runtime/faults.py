@@ -43,6 +43,7 @@ POINTS: dict[str, str] = {
     "coordinator.mid_reconcile": "a consumer-protocol (KIP-848) round's revocations are written, before any is "
     "acknowledged",
     "consumer.after_revoke": "a consumer's on_partitions_revoked returned inside poll(), before its stop is finished",
+    "admin.before_reset": "`group reset-offsets --execute` has read and planned, before its transaction is sent",
 }
 
 _ACTIONS = ("pause", "kill")
