@@ -101,6 +101,11 @@ class NotEmptyError(ZkError):
     """The znode cannot be deleted because it has children."""
 
 
+class AccessRefusedError(ZkError):
+    """ZooKeeper refused the operation: the znode's ACL does not grant it to this session's identities (kazoo's
+    ``NoAuthError``; ``--zk-auth``, docs/security.md).  Not retriable: the same identity is refused again."""
+
+
 class FencedError(ZkError):
     """A fenced write failed its epoch or generation check: the writer has been superseded and must stop acting."""
 

@@ -15,6 +15,7 @@ from zkcoord.cli.consume_cmd import consume
 from zkcoord.cli.demo_cmd import demo
 from zkcoord.cli.group_cmd import group
 from zkcoord.cli.produce_cmd import fetch, produce
+from zkcoord.cli.secure_cmd import secure
 from zkcoord.cli.topic_cmd import topic
 from zkcoord.cli.zk_cmd import zk
 
@@ -46,6 +47,7 @@ def cli(verbose: int) -> None:
         logging.getLogger("kazoo").setLevel(logging.ERROR)
 
 
+zk.add_command(secure)
 cli.add_command(zk)
 cli.add_command(broker)
 cli.add_command(topic)

@@ -21,10 +21,11 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from zkcoord.errors import ZkCoordError
+from zkcoord.layout.acl import Credential
 from zkcoord.runtime import settings
 from zkcoord.runtime.exposition import DEFAULT_ADDRESS, MetricsServer, serve_metrics
 from zkcoord.runtime.journal import Journal, process_started
-from zkcoord.zk import ZkConfig
+from zkcoord.zk import ZkConfig, load_credential
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,9 +40,41 @@ class ZkCoordGroup(click.Group):
             raise click.ClickException(str(e)) from e
 
 
-def zk_options(func: F) -> F:
-    """``--zk HOST:PORT[/chroot]`` and ``--session-timeout``, as a :class:`ZkConfig` in ``zk``."""
+_ZK_AUTH = "zkcoord.zk_auth"
 
+
+def _keep_zk_auth(ctx: click.Context, _param: click.Parameter, source: str | None) -> None:
+    """Load ``--zk-auth`` as soon as it is parsed (its errors are one ``Error:`` line) and keep the credential in the
+    context, where :func:`zk_config` finds it: so every command takes it without a parameter of its own."""
+    if source is not None:
+        try:
+            ctx.meta[_ZK_AUTH] = load_credential(source)
+        except ZkCoordError as e:
+            raise click.ClickException(str(e)) from e
+
+
+def zk_auth() -> Credential | None:
+    """The credential ``--zk-auth`` gave the running command, or None."""
+    ctx = click.get_current_context(silent=True)
+    return None if ctx is None else ctx.meta.get(_ZK_AUTH)
+
+
+def zk_auth_option(func: F) -> F:
+    """``--zk-auth FILE|env:VAR``: kept in the context (:func:`zk_auth`), not passed to the command."""
+    return click.option(
+        "--zk-auth",
+        metavar="FILE|env:VAR",
+        expose_value=False,
+        callback=_keep_zk_auth,
+        help="ZooKeeper digest credentials user:password, read from FILE or the environment variable VAR (never "
+        "given in clear here). With them, znodes are created with least-privilege ACLs (docs/security.md).",
+    )(func)
+
+
+def zk_options(func: F) -> F:
+    """``--zk HOST:PORT[/chroot]``, ``--session-timeout`` and ``--zk-auth``, as a :class:`ZkConfig` in ``zk``."""
+
+    func = zk_auth_option(func)
     func = click.option(
         "--session-timeout",
         type=click.FloatRange(0.5, 600),
@@ -61,7 +94,7 @@ def zk_options(func: F) -> F:
 
 def zk_config(zk: str, session_timeout: float) -> ZkConfig:
     """Build a :class:`ZkConfig`; raises :class:`~zkcoord.errors.ConfigurationError` on a malformed address."""
-    return ZkConfig.from_string(zk, session_timeout_s=session_timeout)
+    return ZkConfig.from_string(zk, session_timeout_s=session_timeout, auth=zk_auth())
 
 
 def journal_option(func: F) -> F:

@@ -15,6 +15,8 @@ from zkcoord.cli.common import (
     open_journal,
     open_metrics,
     resolve_data_dir,
+    zk_auth,
+    zk_auth_option,
 )
 from zkcoord.cli.consume_app import App
 from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription
@@ -180,6 +182,7 @@ class _Status:
     "--assignor", type=click.Choice(["range", "roundrobin"]), default="range", show_default=True, help="(zk-client)"
 )
 @click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
+@zk_auth_option
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
 @shutdown_timeout_option(DEFAULT_CONSUMER_TIMEOUT_S)
 @metrics_options
@@ -248,17 +251,29 @@ def consume(
         max_poll_interval_s=max_poll_interval,
         instance_id=instance_id,
         rack=rack,
+        zk_auth=zk_auth(),
     )
-    if unsafe and protocol == "zk-client":
-        raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
-    if rebalance == "incremental" and protocol == "consumer":
-        raise ConfigurationError("--rebalance is the coordinator protocol's (the consumer protocol is incremental)")
-    if rebalance == "incremental" and protocol == "zk-client":
-        raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
-    if rack is not None and protocol == "zk-client":
-        raise ConfigurationError("--rack is for coordinated consumers (zk-client members assign among themselves)")
-    if migrating and protocol == "zk-client":
-        raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")
+    refused = {
+        "--zk-auth: zk-client members write Kafka 0.8's tree, which ACLs close (docs/security.md)": (
+            config.zk_auth is not None and protocol == "zk-client"
+        ),
+        "--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)": (
+            unsafe and protocol == "zk-client"
+        ),
+        "--rebalance is the coordinator protocol's (the consumer protocol is incremental)": (
+            rebalance == "incremental" and protocol == "consumer"
+        ),
+        "--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)": (
+            rebalance == "incremental" and protocol == "zk-client"
+        ),
+        "--rack is for coordinated consumers (zk-client members assign among themselves)": (
+            rack is not None and protocol == "zk-client"
+        ),
+        "--migrating is for coordinator consumers joining a zk-client group": migrating and protocol == "zk-client",
+    }
+    for message, applies in refused.items():
+        if applies:
+            raise ConfigurationError(message)
     registry, metrics = open_metrics(metrics_addr, metrics_port)
     stop = SignalStop("consumer", shutdown_timeout)
     journal = open_journal(journal_dir, f"consumer-{group}")

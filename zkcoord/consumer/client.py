@@ -82,7 +82,13 @@ class Consumer:
         self.wall_ms = wall_ms
         self._wall_ns = wall_ns
         self.zk = ZkClient(
-            ZkConfig.from_string(config.zk, session_timeout_s=config.session_timeout_s), name=self.consumer_id[-8:]
+            ZkConfig.from_string(
+                config.zk,
+                session_timeout_s=config.session_timeout_s,
+                auth=config.zk_auth,
+                consumer_id=self.consumer_id if config.zk_auth is not None else None,
+            ),
+            name=self.consumer_id[-8:],
         )
         self.lease = Lease(lease_duration(config.session_timeout_s, config.lease_fraction), clock=clock)
         self.offsets = OffsetStore(self.zk, config.group, paths.member(config.group, self.consumer_id))

@@ -13,6 +13,7 @@ from typing import Literal
 
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout import topic_regex
+from zkcoord.layout.acl import Credential
 from zkcoord.layout.legacy_paths import check_group
 from zkcoord.layout.names import validate_group, validate_rack, validate_topic
 from zkcoord.layout.registrations import (
@@ -160,6 +161,7 @@ class ConsumerConfig:
     max_poll_interval_s: float = 300.0
     instance_id: str | None = None
     rack: str | None = None
+    zk_auth: Credential | None = None
 
     def _check_protocol(self) -> None:
         if self.rebalance not in ("eager", "incremental", "consumer"):
@@ -196,5 +198,9 @@ class ConsumerConfig:
             raise ConfigurationError(f"lease fraction must be within 0.1..0.9, got {self.lease_fraction}")
         if self.rack is not None:
             validate_rack(self.rack)
+        if self.zk_auth is not None and self.migrating:
+            raise ConfigurationError(
+                "--zk-auth: a migrating member writes Kafka 0.8's tree, which these ACLs close (docs/security.md)"
+            )
         if self.consumer_id and not self.consumer_id.startswith(f"{self.group}_"):
             raise ConfigurationError(f"consumer id {self.consumer_id!r} must start with '{self.group}_' (Kafka's form)")

@@ -146,6 +146,8 @@ def delete_own(c: ConsumerCore, incarnation: int | None = None) -> bool:
 
     :raises ZkError: on I/O failure.
     """
+    if c.zk.role == "member":
+        return False  # with ACLs no member may delete in ids/ (docs/security.md): it goes with the session
     path = paths.member(c.config.group, c.consumer_id)
     held = c.zk.exists(path)
     if held is None:

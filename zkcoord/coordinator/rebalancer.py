@@ -240,7 +240,8 @@ class Rebalancer:
         if self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
             attempt.moves = moves(read.snapshot, planned.target, planned.members)
-            if attempt.moves.revoke and attempt.moves.one_step:
+            # With ACLs only the coordinator writes owner znodes, so no member can hand one over (docs/security.md).
+            if attempt.moves.revoke and attempt.moves.one_step and self.zk.role is None:
                 attempt.step = Step.HANDOVER
         # The version the stop phase writes over (a resume in which no batch landed starts from it again).
         attempt.state_version = read.state_version

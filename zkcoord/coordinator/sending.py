@@ -81,6 +81,12 @@ class Sender:
         #: the last token given a step (its timeout names it: a timer of an earlier step is moot)
         self._tokens = 0
 
+    def _channel_ops(self, attempt: Attempt) -> list[Op]:
+        """The channels to create for this step's recipients.  None with ACLs (docs/security.md): a channel is its
+        consumer's to create, naming its per-member id, which the coordinator cannot; a member's channel exists
+        before it registers, and one deleted by hand fails the write and is created again by its consumer."""
+        return channel_ops(attempt) if self.zk.role is None else []
+
     def know_channels(self, attempt: Attempt, members: frozenset[str], *, retry: bool = True) -> bool:
         """Make sure whether the channels of ``members`` exist is known (listing the group's channels when one is
         not known to exist; a channel, once created, stays).  False if the listing failed (then, with ``retry``, a
@@ -113,7 +119,7 @@ class Sender:
         attempt.recipients = frozenset(attempt.plan.members if revoke is None else revoke)
         if not self.know_channels(attempt, attempt.recipients):
             return
-        ops = channel_ops(attempt) + command_ops(attempt, CommandOption.STOP_FETCHER, self.epoch, self.wall_ms())
+        ops = self._channel_ops(attempt) + command_ops(attempt, CommandOption.STOP_FETCHER, self.epoch, self.wall_ms())
         self.write(attempt, ops, GroupPhase.STOPPING, attempt.read.state_version)
         if attempt.moves is not None and self.active.get(g) is attempt and attempt.step is Step.STOPPING:
             # While the stops are applied: whether the new owners' channels exist (a newcomer's does not yet).  A
@@ -128,7 +134,7 @@ class Sender:
         attempt.recipients = frozenset(m.revoke) | m.gain
         if not self.know_channels(attempt, attempt.recipients):
             return
-        ops = channel_ops(attempt) + ownership_ops(attempt)
+        ops = self._channel_ops(attempt) + ownership_ops(attempt)
         ops += command_ops(attempt, None, self.epoch, self.wall_ms())
         self.write(attempt, ops, GroupPhase.STARTING, attempt.read.state_version)
 
@@ -150,7 +156,7 @@ class Sender:
             except ZkError as e:
                 self.retry(attempt, f"cannot read the owner znodes again: {e}")
                 return
-        ops = channel_ops(attempt) + ownership_ops(attempt)
+        ops = self._channel_ops(attempt) + ownership_ops(attempt)
         ops += command_ops(attempt, CommandOption.START_FETCHER, self.epoch, self.wall_ms())
         self.write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
 

@@ -8,6 +8,7 @@ settings: hosts, chroot, timeouts), :mod:`zkcoord.zk.handler` (kazoo's handler m
 from here.
 """
 
+from zkcoord.zk.auth import load_credential
 from zkcoord.zk.client import ChildrenWatch, ZkClient
 from zkcoord.zk.config import ZkAddress, ZkConfig
 from zkcoord.zk.many import ReadKind
@@ -25,5 +26,6 @@ __all__ = [
     "ZkAddress",
     "ZkClient",
     "ZkConfig",
+    "load_credential",
     "translate",
 ]

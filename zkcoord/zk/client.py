@@ -24,6 +24,7 @@ connections.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
@@ -36,8 +37,10 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from zkcoord import errors
+from zkcoord.layout.acl import POLICY, AclPolicy
 from zkcoord.runtime.shutdown import Deadline
 from zkcoord.zk import many
+from zkcoord.zk.auth import AclContext, auth_data
 from zkcoord.zk.config import ZkAddress, ZkConfig
 from zkcoord.zk.handler import PollThreadingHandler, close_kazoo, on_negotiated_timeout
 from zkcoord.zk.many import ReadKind
@@ -85,6 +88,8 @@ class ZkClient:
         self._lock = threading.Lock()
         #: set by :meth:`bound` when the process is stopping: no call waits past it
         self._deadline: Deadline | None = None
+        #: with credentials: the ACL every znode this session creates gets (set by :meth:`start`)
+        self._acl: AclContext | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -105,7 +110,32 @@ class ZkClient:
             client.close()
             raise errors.ZkUnavailableError(self._unreachable_message()) from e
         self._kazoo = client
+        if cfg.auth is not None:
+            try:
+                self._acl = AclContext.of(cfg.policy or self._read_policy(), cfg.auth, cfg.consumer_id)
+            except errors.ZkCoordError:
+                self.stop()
+                raise
         return self
+
+    def _read_policy(self) -> AclPolicy:
+        """The deployment's ACL policy.  :raises ConfigurationError: there is none; :raises CodecError: malformed."""
+        try:
+            data, _ = self.get(POLICY)
+        except errors.NoNodeError:
+            raise errors.ConfigurationError(
+                f"--zk-auth given but this ZooKeeper has no ACL policy ({POLICY}): secure it first with "
+                "zkcoord zk secure --zk-auth COORDINATOR_CREDENTIALS --member-auth MEMBER_CREDENTIALS"
+            ) from None
+        return AclPolicy.decode(data)
+
+    @property
+    def role(self) -> str | None:
+        """With credentials, this session's role in the ACL policy (``coordinator`` or ``member``); else None."""
+        return None if self._acl is None else self._acl.role
+
+    def _acl_of(self, path: str) -> list[Any] | None:
+        return None if self._acl is None else self._acl.acl(path)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Close the session (its ephemeral nodes vanish at once) and release the client's threads.  Idempotent.
@@ -165,6 +195,7 @@ class ZkClient:
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             logger=logging.getLogger(f"kazoo.{self.name}"),
             handler=PollThreadingHandler(),
+            auth_data=auth_data(self.config.auth, self.config.consumer_id),
         )
         on_negotiated_timeout(client, self._granted)
         return client
@@ -269,19 +300,22 @@ class ZkClient:
         sequence: bool = False,
         makepath: bool = False,
     ) -> str:
-        """Create ``path``; return the path created (with its sequence suffix for sequential nodes)."""
+        """Create ``path``; return the path created (with its sequence suffix for sequential nodes).  With
+        credentials, ``path`` (and each missing parent) gets its ACL (:mod:`zkcoord.layout.acl`)."""
+        makepath = self._parents(path, makepath)
         with translate(path):
             pending = self._send(path).create_async(
-                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+                path, value, acl=self._acl_of(path), ephemeral=ephemeral, sequence=sequence, makepath=makepath
             )
             created: str = self._wait(pending, path)
         return created
 
     def create_stat(self, path: str, value: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> Stat:
         """Create ``path`` and return its stat, in the same round trip (ZooKeeper's create2)."""
+        makepath = self._parents(path, makepath)
         with translate(path):
             pending = self._send(path).create_async(
-                path, value, ephemeral=ephemeral, makepath=makepath, include_data=True
+                path, value, acl=self._acl_of(path), ephemeral=ephemeral, makepath=makepath, include_data=True
             )
             _, stat = self._wait(pending, path)
         return cast(Stat, stat)
@@ -299,9 +333,32 @@ class ZkClient:
                 self._wait(self._send(path).delete_async(path, version), path)
 
     def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its parents as empty persistent nodes if missing (idempotent)."""
-        with translate(path):
-            self._wait(self._send(path).ensure_path_async(path), path)
+        """Create ``path`` and its parents as empty persistent nodes if missing (idempotent).  With credentials,
+        each gets its own ACL (kazoo would give every parent the ACL of ``path``).
+
+        :raises AccessRefusedError: refused, or (a member) a missing parent is the coordinator side's to create.
+        """
+        if self._acl is None:
+            with translate(path):
+                self._wait(self._send(path).ensure_path_async(path), path)
+            return
+        missing: list[str] = []
+        node = path
+        while node and node != "/" and self.exists(node) is None:
+            missing.append(node)
+            node = node.rpartition("/")[0]
+        for node in reversed(missing):
+            self._acl.check_create(node)
+            with contextlib.suppress(errors.NodeExistsError):  # created meanwhile: fine
+                self.create(node)
+
+    def _parents(self, path: str, makepath: bool) -> bool:
+        """With credentials, create ``path``'s missing parents (each with its ACL) now, and return False: kazoo's
+        ``makepath`` would give them ``path``'s ACL.  Else return ``makepath`` unchanged."""
+        if makepath and self._acl is not None:
+            self.ensure_path(path.rpartition("/")[0] or "/")
+            return False
+        return makepath
 
     def ensure_paths(self, paths: Sequence[str]) -> None:
         for path in paths:
@@ -369,7 +426,7 @@ class ZkClient:
     # --- transactions and retries ---------------------------------------------------------------------------------
 
     def transaction(self) -> Transaction:
-        return Transaction(self._send(None), self._wait)
+        return Transaction(self._send(None), self._wait, None if self._acl is None else self._acl_of)
 
     def retry(self, func: Callable[..., Any], *args: Any, deadline_s: float = 30.0, **kwargs: Any) -> Any:
         """Call ``func`` again while it raises :class:`ZkUnavailableError`, up to ``deadline_s``.

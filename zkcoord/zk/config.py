@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zkcoord.errors import ConfigurationError
+from zkcoord.layout.acl import AclPolicy, Credential
 
 _HOSTPORT = re.compile(r"(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>[0-9]{1,5})")
 #: The characters of a chroot segment: the alphabet of topic and group names (:mod:`zkcoord.layout.names`), a subset of
@@ -115,18 +116,28 @@ class ZkConfig:
         (2..20 ticks by default).  Short timeouts make failure detection fast and tests quick.
     :param connect_timeout_s: how long :meth:`ZkClient.start` waits for the first connection.
     :param create_chroot: create the chroot node on start if it does not exist.
+    :param auth: digest credentials (``--zk-auth``); with them the session authenticates, reads the deployment's ACL
+        policy at start and creates every znode with the ACL of :mod:`zkcoord.layout.acl`.  None: no credentials,
+        open ACLs (the default, as before).
+    :param consumer_id: the consumer this session acts for (a consumer's own znodes name its per-member id).
+    :param policy: the ACL policy to apply instead of reading it (``zkcoord zk secure``, which writes it).
     """
 
     address: ZkAddress
     session_timeout_s: float = 6.0
     connect_timeout_s: float = 10.0
     create_chroot: bool = True
+    auth: Credential | None = None
+    consumer_id: str | None = None
+    policy: AclPolicy | None = None
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.session_timeout_s <= 600:
             raise ConfigurationError(f"session timeout must be within 0.1..600 s, got {self.session_timeout_s}")
         if not 0.1 <= self.connect_timeout_s <= 3600:
             raise ConfigurationError(f"connect timeout must be within 0.1..3600 s, got {self.connect_timeout_s}")
+        if self.policy is not None and self.auth is None:
+            raise ConfigurationError("an ACL policy needs credentials (--zk-auth)")
 
     @classmethod
     def from_string(cls, text: str, **kwargs: Any) -> ZkConfig:

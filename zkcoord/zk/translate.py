@@ -15,6 +15,7 @@ kazoo                                              zkcoord
 ``BadVersionError``                                :class:`~zkcoord.errors.BadVersionError`
 ``NotEmptyError``                                  :class:`~zkcoord.errors.NotEmptyError`
 ``SessionExpiredError``                            :class:`~zkcoord.errors.ZkSessionExpiredError`
+``NoAuthError``                                    :class:`~zkcoord.errors.AccessRefusedError`
 ``ConnectionLoss``, timeouts, closed connection    :class:`~zkcoord.errors.ZkUnavailableError` (retriable)
 any other kazoo error                              :class:`~zkcoord.errors.ZkError`
 =================================================  ===========================================
@@ -23,7 +24,7 @@ any other kazoo error                              :class:`~zkcoord.errors.ZkErr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kazoo import exceptions as kz
@@ -52,6 +53,12 @@ def translate(path: str | None = None) -> Iterator[None]:
         raise errors.NotEmptyError(f"znode {path or '?'} has children", path) from e
     except kz.SessionExpiredError as e:
         raise errors.ZkSessionExpiredError("ZooKeeper session expired", path) from e
+    except kz.NoAuthError as e:
+        raise errors.AccessRefusedError(
+            f"ZooKeeper refused access to {path or '?'}: its ACL does not grant it to this identity "
+            "(--zk-auth; docs/security.md)",
+            path,
+        ) from e
     except _UNAVAILABLE as e:
         raise errors.ZkUnavailableError(f"ZooKeeper unavailable ({type(e).__name__})", path) from e
     except RetryFailedError as e:
@@ -75,13 +82,15 @@ class Transaction:
     :class:`~zkcoord.errors.FencedError`.
     """
 
-    def __init__(self, client: KazooClient, wait: Waiter) -> None:
+    def __init__(self, client: KazooClient, wait: Waiter, acl: Callable[[str], list[Any] | None] | None = None) -> None:
         self._txn = client.transaction()
         self._wait = wait
+        self._acl = acl
         self._paths: list[str] = []
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False, sequence: bool = False) -> None:
-        self._txn.create(path, value, ephemeral=ephemeral, sequence=sequence)
+        acl = None if self._acl is None else self._acl(path)
+        self._txn.create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
         self._paths.append(path)
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
