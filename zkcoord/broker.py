@@ -31,6 +31,7 @@ from enum import Enum
 from typing import Protocol
 
 from zkcoord.errors import (
+    AccessRefusedError,
     BrokerIdInUseError,
     ConfigurationError,
     NodeExistsError,
@@ -39,10 +40,12 @@ from zkcoord.errors import (
     ZkError,
 )
 from zkcoord.layout import paths
+from zkcoord.layout.acl import group_of
 from zkcoord.layout.names import validate_rack
 from zkcoord.layout.paths import MAX_BROKER_ID
 from zkcoord.layout.registrations import BrokerRegistration
 from zkcoord.runtime.journal import Journal
+from zkcoord.runtime.refusals import GROUP, STOP, Refusals
 from zkcoord.runtime.shutdown import (
     DEFAULT_BROKER_TIMEOUT_S,
     DEREGISTER,
@@ -54,6 +57,12 @@ from zkcoord.runtime.shutdown import (
 from zkcoord.zk import ConnState, Stat, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
+
+
+def _judge(error: AccessRefusedError) -> str:
+    """A refusal of one group's znode fails that group's rebalance only; anything else (the broker's registration,
+    the election, the shared parents) means this identity cannot be a broker here: the broker stops."""
+    return STOP if group_of(error.path) is None else GROUP
 
 
 class BrokerState(Enum):
@@ -138,6 +147,7 @@ class Broker:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        on_refused: Callable[[AccessRefusedError], None] | None = None,
     ) -> None:
         self.config = config
         self.journal = journal or Journal(None, f"broker-{config.broker_id}")
@@ -153,6 +163,12 @@ class Broker:
         self.registrations = 0
         #: the registration data last written (the node's data while nobody else writes to it)
         self._written = b""
+        #: every refusal journalled (``zk.refused``); the first of the broker's own (not one group's) ends its work:
+        #: set here, and ``on_refused`` called (the command line stops the process: :mod:`zkcoord.runtime.refusals`)
+        self.refused = threading.Event()
+        self._on_refused = on_refused
+        self.refusals = Refusals(self.journal, self._refused, _judge, broker=config.broker_id)
+        self.zk.refusals.add(self.refusals)
 
     @property
     def path(self) -> str:
@@ -174,6 +190,12 @@ class Broker:
             self.registered.set()
         else:
             self.registered.clear()
+
+    def _refused(self, error: AccessRefusedError) -> None:
+        """A refusal of the broker's own work (any thread: flags and the callback only)."""
+        self.refused.set()
+        if self._on_refused is not None:
+            self._on_refused(error)
 
     # --- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -330,8 +352,8 @@ class Broker:
 
     def _ensure_registered(self) -> bool:
         """Register again if our node is gone (session expiry, or deleted by hand).  True when done."""
-        if self._state is BrokerState.STOPPED:
-            return True
+        if self._state is BrokerState.STOPPED or self.refused.is_set():
+            return True  # (refused: retrying cannot help, and the process is stopping)
         try:
             if self._owns_registration():
                 self._write_back()

@@ -103,7 +103,19 @@ class NotEmptyError(ZkError):
 
 class AccessRefusedError(ZkError):
     """ZooKeeper refused the operation: the znode's ACL does not grant it to this session's identities (kazoo's
-    ``NoAuthError``; ``--zk-auth``, docs/security.md).  Not retriable: the same identity is refused again."""
+    ``NoAuthError``; ``--zk-auth``, docs/security.md).  Not retriable: the same identity is refused again.
+
+    ``op`` names the operation refused (``create``, ``set``, ``delete``, ``get``, ...; ``None`` if unknown); the
+    boundary that raised it fills in ``role`` and ``user`` (the session's role in the ACL policy and its credential's
+    user name -- never the password; ``None`` without credentials) and sets ``reported`` once its refusal listeners
+    have been told (:meth:`zkcoord.zk.ZkClient.add_refusal_listener`)."""
+
+    def __init__(self, message: str, path: str | None = None, op: str | None = None) -> None:
+        super().__init__(message, path)
+        self.op = op
+        self.role: str | None = None
+        self.user: str | None = None
+        self.reported = False
 
 
 class FencedError(ZkError):

@@ -12,7 +12,8 @@ from zkcoord.broker import Broker, BrokerConfig, BrokerService
 from zkcoord.cli.common import journal_option, metrics_options, open_journal, open_metrics, zk_config, zk_options
 from zkcoord.coordinator import Coordinator, CoordinatorConfig
 from zkcoord.protocol.assignors import ASSIGNORS
-from zkcoord.runtime.shutdown import DEFAULT_BROKER_TIMEOUT_S
+from zkcoord.runtime.refusals import describe
+from zkcoord.runtime.shutdown import DEFAULT_BROKER_TIMEOUT_S, EXIT_REFUSED
 from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 
 
@@ -104,7 +105,9 @@ def broker(
 
     On SIGTERM or SIGINT it removes its registration and exits 0, within --shutdown-timeout whatever ZooKeeper
     does: if ZooKeeper could not be reached it says what was left (the registration then stays until the session
-    expires) and exits 3.  A second signal exits at once (130 or 143).
+    expires) and exits 3.  A second signal exits at once (130 or 143).  With --zk-auth, a write ZooKeeper's ACLs
+    refuse it while it runs (its registration, the election) stops it the same way, with one Error: line and exit 4;
+    one group's znodes refused fail only that group's rebalance (docs/security.md).
 
     With --metrics-port it serves Prometheus metrics (its coordinator's: whether it acts, the epoch, groups,
     rebalances, commands; docs/metrics.md) at http://--metrics-addr:PORT/metrics.
@@ -135,7 +138,7 @@ def broker(
         coordinator = Coordinator(broker_id, coordinator_config)
         registry.register(coordinator.collector())
         services.append(coordinator)
-    node = Broker(config, journal, services)
+    node = Broker(config, journal, services, on_refused=lambda e: stop.fail(f"{describe(e)}: stopped", EXIT_REFUSED))
     node.start()
     # A running broker logs what it does at INFO; raised only now, so a refused start prints its one Error: line
     # and nothing before it (-v shows the start-up steps).
@@ -147,7 +150,7 @@ def broker(
         stop.requested.wait()
     finally:
         code = stop.finish(node.stop(stop.begin()))
-        journal.emit("process.stopped", reason="signal")
+        journal.emit("process.stopped", reason="refused" if stop.failure else "signal")
         journal.close()
         if metrics is not None:
             metrics.close()

@@ -22,10 +22,11 @@ from zkcoord.cli.consume_app import App
 from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.consumer.metrics import ConsumerCollector
-from zkcoord.errors import ConfigurationError
+from zkcoord.errors import AccessRefusedError, ConfigurationError
 from zkcoord.protocol.offset_reset import check_policy
+from zkcoord.runtime.refusals import describe
 from zkcoord.runtime.settings import DEFAULT_ZK, default_zk
-from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S
+from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_REFUSED
 from zkcoord.runtime.stopping import SignalStop, shutdown_timeout_option
 
 
@@ -227,7 +228,9 @@ def consume(
     Journals what it consumed as offset ranges and shows a live status line.  On SIGTERM or SIGINT it stops
     fetching, commits, deregisters and exits 0, within --shutdown-timeout whatever ZooKeeper does: if ZooKeeper
     could not be reached it says what was left (uncommitted records are delivered again; the member znode stays
-    until the session expires) and exits 3.  A second signal exits at once (130 or 143).
+    until the session expires) and exits 3.  A second signal exits at once (130 or 143).  With --zk-auth, a write
+    ZooKeeper's ACLs refuse it (a commit, an acknowledgement, its registration) stops it the same way, with one
+    Error: line and exit 4 (docs/security.md).
 
     With --metrics-port it serves Prometheus metrics (partitions, records consumed, lag per partition, commits,
     the lease, commands; docs/metrics.md) at http://--metrics-addr:PORT/metrics.
@@ -297,14 +300,20 @@ def consume(
     total = 0
     try:
         while not stop.requested.is_set() and (max_records is None or total < max_records):
-            total += app.process(consumer.poll(0.2), _print_record if print_records else None)
+            try:
+                records = consumer.poll(0.2)
+            except AccessRefusedError as e:  # journalled (zk.refused); retrying cannot help (docs/security.md)
+                stop.fail(f"{describe(e)}: stopped", EXIT_REFUSED)
+                break
+            total += app.process(records, _print_record if print_records else None)
             status.maybe_show()
     finally:
         code = stop.finish(consumer.close(budget=stop.begin()))
         status.maybe_show(force=True)
         if status.tty:
             click.echo("", err=True)
-        journal.emit("process.stopped", reason="signal" if stop.requested.is_set() else "done")
+        reason = "refused" if stop.failure else "signal" if stop.requested.is_set() else "done"
+        journal.emit("process.stopped", reason=reason)
         journal.close()
         if metrics is not None:
             metrics.close()

@@ -300,6 +300,7 @@ class Consumer:
         of what earlier calls returned (a fenced commit is journalled, not raised).
 
         :raises Exception: what a rebalance callback raised (the rebalance step went on).
+        :raises AccessRefusedError: ZooKeeper refused this consumer a write (--zk-auth): close it (docs/security.md).
         """
         if not self._polling.acquire(blocking=False):
             if self.app.calling and self._poller == threading.get_ident():
@@ -317,7 +318,7 @@ class Consumer:
         rejoin = self.core.handoff.rejoin_due  # we left for exceeding the poll interval: back now, after on_lost
         self.core.handoff.rejoin_due = False
         try:
-            if (failure := self._deferred) is not None:
+            if (failure := self._deferred or self.core.refusals.fatal) is not None:
                 self._deferred = None
                 raise failure
             if (failure := self.app.run_due()) is not None:
@@ -421,7 +422,7 @@ class Consumer:
         """The fetcher's gate (S6): ``poll`` checks it under the fetcher's lock right before it takes records, and
         the fetcher threads before each read.  Shut while :meth:`pause` holds, and for good once :meth:`close`
         began."""
-        if self._closing.is_set() or self._paused:
+        if self._closing.is_set() or self._paused or self.core.refusals.fatal is not None:
             return False
         return self.config.unsafe_no_fencing or self.lease.valid()
 

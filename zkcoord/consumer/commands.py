@@ -50,7 +50,7 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_channel, check_registration, delete_own
 from zkcoord.consumer.starting import Starter
 from zkcoord.consumer.vouch import Admission
-from zkcoord.errors import ConsumerIdInUseError, ZkCoordError, ZkError
+from zkcoord.errors import AccessRefusedError, ConsumerIdInUseError, ZkCoordError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption, command_sequence
 from zkcoord.runtime.shutdown import RELEASE, StopReport
@@ -102,6 +102,10 @@ class CommandHandler:
                 return
             try:
                 self._handle(kind, arg)
+            except AccessRefusedError as e:
+                # Not redelivered: the same identity is refused again.  Journalled (zk.refused); poll() raises it and
+                # the application closes us (docs/security.md).
+                log.warning("consumer %s: %s", self.c.consumer_id, e)
             except ZkError as e:
                 # ZooKeeper trouble mid-step.  The children watch does not fire again for an unchanged channel,
                 # so the channel is listed again shortly (not this listing replayed: newer ones may have been

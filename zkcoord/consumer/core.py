@@ -37,6 +37,7 @@ from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import ConsumerIdInUseError, InstanceIdInUseError, NodeExistsError
 from zkcoord.layout import paths
 from zkcoord.runtime.journal import Journal
+from zkcoord.runtime.refusals import Refusals
 from zkcoord.zk import ChildrenWatch, ConnState, Stat, WatchEvent, ZkClient
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ class ConsumerCore:
         self.incarnation: int | None = None
         #: the data of our current registration as we wrote it (what a damaged one is repaired to)
         self.registered_data: bytes | None = None
+        #: ZooKeeper's refusals (--zk-auth), journalled once each; the first (``refusals.fatal``) shuts the fetcher's
+        #: gate and is raised by every ``poll()`` from then on: the application closes the consumer (docs/security.md)
+        self.refusals = Refusals(journal, lambda _e: fetcher.wakeup(), group=config.group, consumer=consumer_id)
+        zk.refusals.add(self.refusals)
 
     # --- registration ---------------------------------------------------------------------------------------------
 

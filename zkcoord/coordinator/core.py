@@ -50,8 +50,9 @@ from zkcoord.coordinator.seat import Seat
 from zkcoord.coordinator.snapshot import read_groups
 from zkcoord.coordinator.term import TermKeeper
 from zkcoord.coordinator.watchers import Watchers
-from zkcoord.errors import FencedError, ZkCoordError, ZkError
+from zkcoord.errors import AccessRefusedError, FencedError, ZkCoordError, ZkError
 from zkcoord.layout import paths
+from zkcoord.layout.acl import group_of
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient
 
@@ -109,6 +110,7 @@ class Coordinator:
         self._journal = journal
         self.seat = Seat(zk, self.broker_id, journal, wake=lambda _event: self.post(Event("elect")))
         zk.add_listener(lambda state: self.post(Event("state", data=state)))
+        zk.refusals.add(self._on_refused)
         # The watch first: the worker's first election attempt then happens with it in place, so a broker that
         # journals coordinator.standby is sure to hear of the coordinator's end.
         zk.watch_data(paths.COORDINATOR, self.watchers.on_coordinator_node)
@@ -131,6 +133,14 @@ class Coordinator:
     @property
     def journal(self) -> Journal:
         return self._journal
+
+    def _on_refused(self, error: AccessRefusedError) -> None:
+        """ZooKeeper refused a write (the refused thread: the worker, for any group's znode).  One group's znode:
+        that group is not retried until it changes (docs/security.md, "Refused while running"); the broker journals
+        every refusal, and stops on any other."""
+        group, rebalancer = group_of(error.path), self.rebalancer
+        if group is not None and rebalancer is not None:
+            rebalancer.refused.add(group)
 
     def post(self, event: Event) -> None:
         """Put ``event`` on the worker's queue (any thread: kazoo's callbacks only do this)."""
@@ -173,6 +183,10 @@ class Coordinator:
                 action()
             else:
                 action(event)
+        except AccessRefusedError as e:
+            # Not retried: the same identity is refused again.  Journalled (zk.refused) by the broker's listener, which
+            # stops the broker unless the znode was one group's (then that group waits for its next change).
+            log.warning("coordinator %d: %s", self.broker_id, e)
         except FencedError as e:
             self.metrics.fenced_writes += 1
             self.terms.resign(f"fenced: {e}")
@@ -259,9 +273,14 @@ class Coordinator:
     # --- the request queue --------------------------------------------------------------------------------------
 
     def request(self, group: str, trigger: str) -> None:
-        """Ask for a rebalance of ``group`` (worker thread).  A group already requested is not queued twice."""
+        """Ask for a rebalance of ``group`` (worker thread).  A group already requested is not queued twice; a group
+        ZooKeeper refused a write of is not retried, only examined again when it changes (members, config, topics)."""
         if group in self._pending:
             return
+        if self.rebalancer is not None and group in self.rebalancer.refused:
+            if trigger == "retry":
+                return
+            self.rebalancer.refused.discard(group)
         self._pending[group] = (trigger, self.clock())
         self._order.append(group)
         self._journal.emit("rebalance.requested", group=group, trigger=trigger)

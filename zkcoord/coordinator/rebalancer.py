@@ -118,6 +118,8 @@ class Rebalancer:
         self.epoch = writer.fence.term.epoch
         self.active: dict[str, Attempt] = {}
         self.retries: dict[str, int] = {}
+        #: groups ZooKeeper refused a znode of this term: not retried until the group changes (Coordinator.request)
+        self.refused: set[str] = set()
         self.group_state: dict[str, str] = {}
         self.generations: dict[str, int] = {}  # the last one given each group: it only grows, whatever the state (S5)
         #: each group's member registrations as last read (the coordinator routes topic changes with them)
@@ -462,7 +464,7 @@ class Rebalancer:
     ) -> None:
         retries = self.retries.get(group, 0) + 1
         log.warning("group %s: rebalance attempt %d failed: %s", group, retries, reason)
-        if retries > self.config.max_rebalance_retries:
+        if retries > self.config.max_rebalance_retries or group in self.refused:  # (a refusal: retrying cannot help)
             self.retries.pop(group, None)
             self.metrics.rebalances_failed += 1
             self.group_state[group] = "failed"

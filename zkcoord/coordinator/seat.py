@@ -37,7 +37,15 @@ from collections.abc import Callable
 from enum import Enum
 
 from zkcoord.coordinator.election import MAX_EPOCH, Term, ensure_epoch_znode, try_elect
-from zkcoord.errors import BadVersionError, CodecError, EpochExhaustedError, NoNodeError, NotEmptyError, ZkError
+from zkcoord.errors import (
+    AccessRefusedError,
+    BadVersionError,
+    CodecError,
+    EpochExhaustedError,
+    NoNodeError,
+    NotEmptyError,
+    ZkError,
+)
 from zkcoord.layout import paths
 from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime.journal import Journal
@@ -103,6 +111,9 @@ class Seat:
             path = e.path or paths.COORDINATOR
             reason = f"{path} has children, so the election cannot delete it; it waits until a person removes them"
             return None, self._block(path, "coordinator znode", reason, children=True)
+        except AccessRefusedError as e:  # not retried: the broker journals it and stops (docs/security.md)
+            log.warning("broker %d: election refused: %s", self.broker_id, e)
+            return None, None
         except (ZkError, CodecError) as e:
             log.warning("broker %d: election attempt failed: %s; retrying", self.broker_id, e)
             return None, RETRY_S

@@ -148,6 +148,12 @@ def _digest(ident: str, perms: Perm) -> Grant:
     return Grant("digest", ident, perms)
 
 
+def group_of(path: str | None) -> str | None:
+    """The group a znode below ``/consumers/groups/<group>/`` (or that group's own node) belongs to, else None."""
+    part = None if path is None else _group_part(path)
+    return None if part is None else part[0]
+
+
 def _group_part(path: str) -> tuple[str, list[str]] | None:
     """``(group, segments below it)`` for a path under ``/consumers/groups/<group>``, else None."""
     head = f"{paths.GROUPS}/"

@@ -40,6 +40,10 @@ EVENTS: dict[str, str] = {
         "forced (the watchdog cut it short), and the process's broker or group and consumer"
     ),
     "zk.state": "ZooKeeper connection state changed: state (connected|suspended|lost), session",
+    "zk.refused": (
+        "ZooKeeper refused an operation (--zk-auth ACLs), once per znode and operation: path, op, role, user, action "
+        "(stop: the process stops, exit 4; group: that group's rebalance fails), and broker, or group and consumer"
+    ),
     "broker.registered": "a broker registered /brokers/ids/<id>: broker, host, port, session",
     "broker.deregistered": "a broker removed its registration on shutdown: broker",
     "topic.created": "a topic was created: topic, partitions, replicas",

@@ -53,6 +53,9 @@ MAX_TIMEOUT_S = 600.0
 EXIT_CLEAN = 0
 #: The stop ended within its deadline but skipped something (see the ``shutdown.incomplete`` event).
 EXIT_INCOMPLETE = 3
+#: ZooKeeper refused the process a write its role needs (``--zk-auth``; the ``zk.refused`` event): it stopped by
+#: itself, through the same bounded stop (docs/security.md, "Refused while running").
+EXIT_REFUSED = 4
 #: A second SIGTERM/SIGINT exits at once with ``128 + signal`` (130 for SIGINT, 143 for SIGTERM), as a shell does.
 EXIT_SIGNAL_BASE = 128
 

@@ -75,6 +75,8 @@ class SignalStop:
         self._lock = threading.Lock()
         self._finished = threading.Event()
         self._code = EXIT_INCOMPLETE
+        #: set by :meth:`fail`: the one ``Error:`` line and the exit status of a stop the process asked for itself
+        self.failure: tuple[str, int] | None = None
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
         threading.Thread(target=self._watch, name="stop-watchdog", daemon=True).start()
@@ -93,6 +95,14 @@ class SignalStop:
         self._start()
         self.requested.set()
 
+    def fail(self, message: str, code: int) -> None:
+        """Stop the command by itself, as a first signal would (any thread: it only sets flags); :meth:`finish` then
+        prints ``Error: message`` and returns ``code``.  The first failure wins; a signal after it exits at once."""
+        with self._lock:
+            if self.failure is None:
+                self.failure = (message, code)
+        self.requested.set()
+
     def _start(self) -> StopBudget:
         if self.budget is None:
             self.budget = StopBudget.start(self.timeout_s)
@@ -107,15 +117,19 @@ class SignalStop:
         return budget
 
     def finish(self, report: StopReport) -> int:
-        """Say what the stop skipped (one line on stderr; the event was journalled by whoever stopped) and return the
+        """Say what the stop skipped (one line on stderr; the event was journalled by whoever stopped), and why the
+        process stopped itself if it did (:meth:`fail`: one ``Error:`` line, and its status), and return the
         exit status, which the watchdog uses should the process still be here at the deadline plus
         :data:`~zkcoord.runtime.shutdown.EXIT_GRACE_S`."""
         with self._lock:
-            self._code = report.exit_code
+            failure = self.failure
+            self._code = report.exit_code if failure is None else failure[1]
             self._finished.set()
+        if failure is not None:
+            click.echo(f"Error: {self.name}: {failure[0]}", err=True)
         if not report.complete:
             click.echo(f"Warning: {self.name}: {report.summary(self.timeout_s)}", err=True)
-        return report.exit_code
+        return self._code
 
     def exit(self, code: int) -> NoReturn:
         """End the command with ``code``.  After an incomplete stop, at once (streams flushed, the journal closed by

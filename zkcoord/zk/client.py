@@ -44,7 +44,7 @@ from zkcoord.zk.auth import AclContext, auth_data
 from zkcoord.zk.config import ZkAddress, ZkConfig
 from zkcoord.zk.handler import PollThreadingHandler, close_kazoo, on_negotiated_timeout
 from zkcoord.zk.many import ReadKind
-from zkcoord.zk.translate import Transaction, translate
+from zkcoord.zk.translate import RefusalReporter, Transaction, translate
 from zkcoord.zk.types import ConnState, Stat, WatchEvent, WatchKind
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,10 @@ class ZkClient:
         self._deadline: Deadline | None = None
         #: with credentials: the ACL every znode this session creates gets (set by :meth:`start`)
         self._acl: AclContext | None = None
+        #: told of every refusal this client raises (``refusals.add(listener)``; :class:`RefusalReporter`)
+        self.refusals = self._report = RefusalReporter(
+            name, lambda: self.role, config.auth.user if config.auth else None
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -211,7 +215,7 @@ class ZkClient:
             root.close()
             raise errors.ZkUnavailableError(self._unreachable_message()) from e
         try:
-            with translate(self.config.address.chroot):
+            with translate(self.config.address.chroot, self._report, "create"):
                 root.ensure_path(self.config.address.chroot)
         finally:
             root.stop()
@@ -277,17 +281,17 @@ class ZkClient:
 
     def get(self, path: str, watch: Callable[[Any], None] | None = None) -> tuple[bytes, Stat]:
         """Data and stat of ``path``.  :raises NoNodeError: if absent."""
-        with translate(path):
+        with translate(path, self._report, "get"):
             data, stat = self._wait(self._send(path).get_async(path, watch=watch), path)
         return (data or b""), stat
 
     def get_children(self, path: str, watch: Callable[[Any], None] | None = None) -> list[str]:
-        with translate(path):
+        with translate(path, self._report, "get"):
             children: list[str] = self._wait(self._send(path).get_children_async(path, watch=watch), path)
         return children
 
     def exists(self, path: str, watch: Callable[[Any], None] | None = None) -> Stat | None:
-        with translate(path):
+        with translate(path, self._report, "get"):
             stat: Stat | None = self._wait(self._send(path).exists_async(path, watch=watch), path)
         return stat
 
@@ -303,7 +307,7 @@ class ZkClient:
         """Create ``path``; return the path created (with its sequence suffix for sequential nodes).  With
         credentials, ``path`` (and each missing parent) gets its ACL (:mod:`zkcoord.layout.acl`)."""
         makepath = self._parents(path, makepath)
-        with translate(path):
+        with translate(path, self._report, "create"):
             pending = self._send(path).create_async(
                 path, value, acl=self._acl_of(path), ephemeral=ephemeral, sequence=sequence, makepath=makepath
             )
@@ -313,7 +317,7 @@ class ZkClient:
     def create_stat(self, path: str, value: bytes = b"", *, ephemeral: bool = False, makepath: bool = False) -> Stat:
         """Create ``path`` and return its stat, in the same round trip (ZooKeeper's create2)."""
         makepath = self._parents(path, makepath)
-        with translate(path):
+        with translate(path, self._report, "create"):
             pending = self._send(path).create_async(
                 path, value, acl=self._acl_of(path), ephemeral=ephemeral, makepath=makepath, include_data=True
             )
@@ -321,12 +325,12 @@ class ZkClient:
         return cast(Stat, stat)
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
-        with translate(path):
+        with translate(path, self._report, "set"):
             stat: Stat = self._wait(self._send(path).set_async(path, value, version), path)
         return stat
 
     def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        with translate(path):
+        with translate(path, self._report, "delete"):
             if recursive:  # kazoo walks the tree with calls of its own (admin tools only, never a stop path)
                 self._send(path).delete(path, version=version, recursive=True)
             else:
@@ -339,7 +343,7 @@ class ZkClient:
         :raises AccessRefusedError: refused, or (a member) a missing parent is the coordinator side's to create.
         """
         if self._acl is None:
-            with translate(path):
+            with translate(path, self._report, "create"):
                 self._wait(self._send(path).ensure_path_async(path), path)
             return
         missing: list[str] = []
@@ -348,7 +352,8 @@ class ZkClient:
             missing.append(node)
             node = node.rpartition("/")[0]
         for node in reversed(missing):
-            self._acl.check_create(node)
+            with translate(node, self._report, "create"):
+                self._acl.check_create(node)
             with contextlib.suppress(errors.NodeExistsError):  # created meanwhile: fine
                 self.create(node)
 
@@ -366,7 +371,7 @@ class ZkClient:
 
     def sync(self, path: str = "/") -> None:
         """Make this session's next reads at least as new as the leader's state when sync returns."""
-        with translate(path):
+        with translate(path, self._report, "sync"):
             self._wait(self._send(path).sync_async(path), path)
 
     # --- pipelined bursts (:mod:`zkcoord.zk.many`) ----------------------------------------------------------------
@@ -383,7 +388,9 @@ class ZkClient:
         gets a one-shot data watch, as :meth:`children_many` sets children watches (``CHANGED``, ``DELETED`` or
         ``RESET``).  :raises ZkError: for any other failure.
         """
-        return many.get_many(self._send(paths[0] if paths else None), self._wait, paths, watch, watched)
+        return many.get_many(
+            self._send(paths[0] if paths else None), self._wait, paths, watch, watched, refused=self._report
+        )
 
     def read_many(self, reads: Sequence[tuple[ReadKind, str]], timeout: float | None = None) -> list[Any]:
         """Run ``reads`` (``("get", path)`` or ``("children", path)``) in one pipelined burst; return their results in
@@ -392,7 +399,9 @@ class ZkClient:
 
         :raises ZkError: (typed) for any other failure, :class:`ZkUnavailableError` for a reply not in time.
         """
-        return many.read_many(self._send(reads[0][1] if reads else None), self._wait, reads, timeout)
+        return many.read_many(
+            self._send(reads[0][1] if reads else None), self._wait, reads, timeout, refused=self._report
+        )
 
     def children_many(
         self, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
@@ -414,7 +423,9 @@ class ZkClient:
         """As :meth:`children_many`, with each listed node's own stat (``cversion`` counts its children's creations
         and deletions: two listings whose difference accounts for every change between their ``cversion`` s saw
         no child deleted and created again in between)."""
-        return many.children_stat_many(self._send(paths[0] if paths else None), self._wait, paths, watch)
+        return many.children_stat_many(
+            self._send(paths[0] if paths else None), self._wait, paths, watch, refused=self._report
+        )
 
     def commit_many(self, transactions: Sequence[Transaction]) -> list[list[Any] | errors.ZkError]:
         """Commit several transactions pipelined; ZooKeeper applies one session's requests in order.
@@ -426,7 +437,7 @@ class ZkClient:
     # --- transactions and retries ---------------------------------------------------------------------------------
 
     def transaction(self) -> Transaction:
-        return Transaction(self._send(None), self._wait, None if self._acl is None else self._acl_of)
+        return Transaction(self._send(None), self._wait, None if self._acl is None else self._acl_of, self._report)
 
     def retry(self, func: Callable[..., Any], *args: Any, deadline_s: float = 30.0, **kwargs: Any) -> Any:
         """Call ``func`` again while it raises :class:`ZkUnavailableError`, up to ``deadline_s``.
@@ -460,7 +471,7 @@ class ZkClient:
             except Exception:  # keep the watch alive: a raising callback would end it silently
                 log.exception("%s: children watch on %s failed", self.name, path)
 
-        with translate(path):
+        with translate(path, self._report, "get"):
             return ChildrenWatch(self.kazoo, path, _call)
 
     @staticmethod
@@ -482,5 +493,5 @@ class ZkClient:
             except Exception:
                 log.exception("%s: data watch on %s failed", self.name, path)
 
-        with translate(path):
+        with translate(path, self._report, "get"):
             return DataWatch(self.kazoo, path, _call)

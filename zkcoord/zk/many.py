@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from zkcoord import errors
 from zkcoord.zk.handler import Waiter
-from zkcoord.zk.translate import Transaction, translate
+from zkcoord.zk.translate import Refused, Transaction, translate
 from zkcoord.zk.types import OneShot, Stat, WatchEvent
 
 #: what :meth:`ZkClient.read_many` reads of a znode: its data, or its children
@@ -32,6 +32,8 @@ def get_many(
     paths: Sequence[str],
     watch: Callable[[WatchEvent], None] | None = None,
     watched: Collection[str] | None = None,
+    *,
+    refused: Refused | None = None,
 ) -> list[tuple[bytes, Stat] | None]:
     """Read many znodes in one pipelined burst (one round trip of latency, not one per node).
 
@@ -51,7 +53,7 @@ def get_many(
     out: list[tuple[bytes, Stat] | None] = []
     for path, result in pending:
         try:
-            with translate(path):
+            with translate(path, refused, "get"):
                 data, stat = wait(result, path, None)
         except errors.NoNodeError:
             out.append(None)
@@ -61,7 +63,12 @@ def get_many(
 
 
 def read_many(
-    kazoo: KazooClient, wait: Waiter, reads: Sequence[tuple[ReadKind, str]], timeout: float | None = None
+    kazoo: KazooClient,
+    wait: Waiter,
+    reads: Sequence[tuple[ReadKind, str]],
+    timeout: float | None = None,
+    *,
+    refused: Refused | None = None,
 ) -> list[Any]:
     """Run ``reads`` (``("get", path)`` or ``("children", path)``) in one pipelined burst; return their results in
     order: ``(data, stat)`` for ``get``, the child list for ``children``, ``None`` for an absent znode.  Each
@@ -75,7 +82,7 @@ def read_many(
     out: list[Any] = []
     for kind, path, result in pending:
         try:
-            with translate(path):
+            with translate(path, refused, "get"):
                 value = wait(result, path, timeout)
         except errors.NoNodeError:
             value = None
@@ -84,7 +91,12 @@ def read_many(
 
 
 def children_stat_many(
-    kazoo: KazooClient, wait: Waiter, paths: Sequence[str], watch: Callable[[WatchEvent], None] | None = None
+    kazoo: KazooClient,
+    wait: Waiter,
+    paths: Sequence[str],
+    watch: Callable[[WatchEvent], None] | None = None,
+    *,
+    refused: Refused | None = None,
 ) -> list[tuple[list[str], Stat] | None]:
     """List the children of many znodes in one pipelined burst, with each listed node's own stat; absent nodes give
     ``None``.
@@ -103,7 +115,7 @@ def children_stat_many(
     out: list[tuple[list[str], Stat] | None] = []
     for path, result in pending:
         try:
-            with translate(path):
+            with translate(path, refused, "get"):
                 children, stat = wait(result, path, None)
         except errors.NoNodeError:
             out.append(None)
