@@ -41,8 +41,9 @@ EVENTS: dict[str, str] = {
     ),
     "zk.state": "ZooKeeper connection state changed: state (connected|suspended|lost), session",
     "zk.refused": (
-        "ZooKeeper refused an operation (--zk-auth ACLs), once per znode and operation: path, op, role, user, action "
-        "(stop: the process stops, exit 4; group: that group's rebalance fails), and broker, or group and consumer"
+        "ZooKeeper refused an operation (--zk-auth ACLs), once per znode and operation: path, op, acl_role, user, "
+        "action (stop: the process stops, exit 4; group: that group's rebalance fails), and broker, or group and "
+        "consumer"
     ),
     "broker.registered": "a broker registered /brokers/ids/<id>: broker, host, port, session",
     "broker.deregistered": "a broker removed its registration on shutdown: broker",

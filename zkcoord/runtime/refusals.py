@@ -71,7 +71,13 @@ class Refusals:
                 self.fatal = error
         if first:
             self._journal.emit(
-                "zk.refused", path=error.path, op=error.op, role=error.role, user=error.user, action=action, **self._who
+                "zk.refused",
+                path=error.path,
+                op=error.op,
+                acl_role=error.role,
+                user=error.user,
+                action=action,
+                **self._who,
             )
             log.error("%s (%s)", describe(error), "stopping" if action == STOP else "the group's rebalance fails")
         if stop:
