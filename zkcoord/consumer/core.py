@@ -115,6 +115,7 @@ class ConsumerCore:
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
             instance_id=self.config.instance_id,
             rack=self.config.rack,
+            assignors=self.config.assignors if self.config.rebalance == "classic" else (),
         )
         if self.config.instance_id is not None:
             self._hold_instance(self.config.instance_id)
