@@ -126,6 +126,8 @@ class ClassicGroups:
         self.choices: dict[str, Choice] = {}
         #: by group, the leaders that failed during the current rebalance (passed over until it completes)
         self.failed: dict[str, set[str]] = {}
+        #: by group, the ``mzxid`` of the last sync record judged (each write is judged, and journalled, once)
+        self.judged: dict[str, int] = {}
 
     # --- planning --------------------------------------------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class ClassicGroups:
             strategy=record.strategy,
             reason=record.reason,
             members=len(record.members),
-            passed_over=sorted(failed & set(planned.members)),
+            passed_over=sorted(failed & set(planned.members) - {leader}),
         )
         self.schedule(attempt.timeout_s, g, attempt.token)
         self.check(attempt)
@@ -252,9 +254,10 @@ class ClassicGroups:
         if got is None:
             self.retry(attempt, "the sync record was deleted")
             return
-        data = got[0]
-        if not data:
-            return  # not written yet
+        data, stat = got
+        if not data or self.judged.get(g) == stat.mzxid:
+            return  # not written yet, or this write was judged already (a watch and a re-read both bring it)
+        self.judged[g] = stat.mzxid
         record = self.joins.get(g)
         leader = record.leader if record is not None else ""
         try:
