@@ -5,6 +5,7 @@ partitions move through the eager stop/start path, so S2-S5 hold as for any eage
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.cli import run_cli
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_incremental import events
 from tests.ledger import Ledger
@@ -128,6 +130,14 @@ def test_the_rolling_upgrade_switches_strategy_once_every_member_supports_it(run
     assert ledger.duplicates() == {}, "S4: a clean rolling upgrade consumed something twice"
     modes = {e.get("mode") for e in events(run, "r", "rebalance.started")}
     assert modes == {"classic"}, modes
+    # group describe shows the protocol, the generation's strategy and why, and its leader.
+    record = join(run, "r")
+    text = run_cli("group", "describe", "r", "--zk", run.hosts).stdout
+    assert f"classic protocol: generation {record.generation}, strategy roundrobin (voted" in text, text
+    assert f"leader {record.leader}" in text and "protocols: classic 2" in text, text
+    described = json.loads(run_cli("group", "describe", "r", "--json", "--zk", run.hosts).stdout)["classic"]
+    assert (described["strategy"], described["leader"]) == ("roundrobin", record.leader), described
+    assert described["sync"]["generation"] == record.generation
 
 
 def join_members(run: Run, group: str, generation: int) -> set[str]:
