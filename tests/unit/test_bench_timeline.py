@@ -11,6 +11,7 @@ import pytest
 
 from zkcoord.bench.rebalance.measures import breakdown, commands, comparison
 from zkcoord.bench.rebalance.timeline import (
+    CLASSIC,
     CONSUMER,
     COORDINATOR,
     INCREMENTAL,
@@ -111,8 +112,8 @@ def _joining(protocol: str = INCREMENTAL) -> GroupTracker:
     return tracker
 
 
-def test_protocols_list_incremental_and_consumer_between_the_coordinator_and_the_legacy_one() -> None:
-    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
+def test_protocols_list_incremental_classic_and_consumer_between_the_coordinator_and_the_legacy_one() -> None:
+    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, CLASSIC, CONSUMER, LEGACY)
 
 
 def test_incremental_settles_at_the_last_missing_event_and_only_then() -> None:
