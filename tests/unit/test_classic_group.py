@@ -186,3 +186,17 @@ def test_assignors_load_by_name_and_a_bad_name_is_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match="unknown assignor"):
         ConsumerConfig(**config, rebalance="classic", assignors=("nope",))  # type: ignore[arg-type]
     assert ConsumerConfig(**config, rebalance="classic", assignors=("sticky", "range")).assignors  # type: ignore[arg-type]
+
+
+def test_the_documented_example_assignor_loads_and_computes_valid_sticky_assignments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs" / "examples"))
+    assign = load_assignor("sticky_range:StickyRange")
+    subs = {"g_h-1-a": {"t": 2}, "g_h-1-b": {"t": 1}}
+    first = as_assignment(assign(subs, {"t": 7}, {}))
+    assert assignment_problems(first, subs, {"t": 7}) == []
+    grown = {**subs, "g_h-1-c": {"t": 1}}
+    again = as_assignment(assign(grown, {"t": 9}, first))
+    assert assignment_problems(again, grown, {"t": 9}) == []
+    assert all(again["t"][p] == t for p, t in first["t"].items()), "every partition kept where it was"
