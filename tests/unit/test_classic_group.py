@@ -43,8 +43,8 @@ def test_a_rolling_upgrade_keeps_the_old_strategy_until_every_member_supports_th
 
 
 def test_the_vote_counts_each_members_first_common_choice() -> None:
-    # a and b prefer roundrobin, c prefers range: roundrobin wins 2 to 1 (Kafka's vote, not the first member's choice)
-    votes = {"c": ["range", "roundrobin"], "a": ["roundrobin", "range"], "b": ["roundrobin", "sticky", "range"]}
+    # b and c prefer roundrobin, a prefers range: roundrobin wins 2 to 1 (Kafka's vote, not the first member's choice)
+    votes = {"a": ["range", "roundrobin"], "b": ["roundrobin", "range"], "c": ["roundrobin", "sticky", "range"]}
     choice = choose_strategy(votes)
     assert choice is not None and choice.strategy == "roundrobin"
     assert choose_strategy({"a": ["range"], "b": ["roundrobin"]}) is None, "nothing in common"

@@ -156,6 +156,7 @@ class ConsumerCore:
             session=f"{self.zk.session_id:#x}",
             registrations=self.registrations,
             **({"migrating": True} if self.config.migrating else {}),
+            **({"assignors": list(reg.assignors)} if reg.assignors else {}),
         )
 
     def _hold_instance(self, instance_id: str) -> None:

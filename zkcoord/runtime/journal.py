@@ -104,7 +104,8 @@ EVENTS: dict[str, str] = {
         "taken for an acknowledgement, the attempt is retried: group, consumer, option, epoch, generation, channel"
     ),
     "consumer.registered": (
-        "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client)"
+        "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client), "
+        "assignors (classic)"
     ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",
