@@ -5,7 +5,6 @@ partitions move through the eager stop/start path, so S2-S5 hold as for any eage
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from tests.cli import run_cli
 from tests.integration.test_consumer_e2e import Run, _id
 from tests.integration.test_incremental import events
 from tests.ledger import Ledger
+from zkcoord.admin.groups import describe_group
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.layout.classic import JoinRecord
@@ -135,7 +135,7 @@ def test_the_rolling_upgrade_switches_strategy_once_every_member_supports_it(run
     text = run_cli("group", "describe", "r", "--zk", run.hosts).stdout
     assert f"classic protocol: generation {record.generation}, strategy roundrobin (voted" in text, text
     assert f"leader {record.leader}" in text and "protocols: classic 2" in text, text
-    described = json.loads(run_cli("group", "describe", "r", "--json", "--zk", run.hosts).stdout)["classic"]
+    described = describe_group(run.zk, "r", run.data).to_json()["classic"]  # what --json prints
     assert (described["strategy"], described["leader"]) == ("roundrobin", record.leader), described
     assert described["sync"]["generation"] == record.generation
 
