@@ -401,7 +401,12 @@ def test_comparison_has_the_ratios_over_the_incremental_protocol() -> None:
         "join_incremental_over_consumer": None,
         "leave_legacy_over_consumer": None,
         "leave_incremental_over_consumer": None,
+        # nor the classic one
+        "join_classic_over_coordinator": None,
+        "leave_classic_over_coordinator": None,
     }
+    with_classic = comparison([*rows, _row("classic", "join", 250)])
+    assert with_classic["join_classic_over_coordinator"] == 0.5
     two = comparison([r for r in rows if r["protocol"] != "incremental"])
     assert two["join_legacy_over_coordinator"] == 3.0 and two["join_legacy_over_incremental"] is None
 
