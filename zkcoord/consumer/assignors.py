@@ -3,7 +3,7 @@
 A name is a built-in's (:data:`~zkcoord.protocol.classic_group.BUILTINS`: ``range``, ``roundrobin``, ``sticky``,
 ``uniform``) or ``package.module:Class``, a user's own assignor: a class whose instances (made with no arguments)
 have ``assign(subscriptions, partitions, current)`` returning ``topic -> partition -> thread id``
-(``docs/classic-protocol.md`` has the interface and an example, ``docs/examples/sticky_first.py``).
+(``docs/classic-protocol.md`` has the interface and an example, ``docs/examples/sticky_range.py``).
 
 Threads: any (loading imports the module once, through Python's import lock).
 """

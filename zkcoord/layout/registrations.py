@@ -6,7 +6,8 @@
 validates and raises :class:`~zkcoord.errors.CodecError` on anything malformed (S7).
 
 Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names`,
-:mod:`zkcoord.layout.znodes` (the shared format) and :mod:`zkcoord.layout.topic_regex` (subscriptions' regexes).
+:mod:`zkcoord.layout.znodes` (the shared format), :mod:`zkcoord.layout.topic_regex` (subscriptions' regexes) and
+:mod:`zkcoord.layout.classic` (a classic member's strategy names).
 """
 
 from __future__ import annotations
