@@ -122,6 +122,12 @@ class FencedError(ZkError):
     """A fenced write failed its epoch or generation check: the writer has been superseded and must stop acting."""
 
 
+class AssignorError(ZkCoordError):
+    """A classic-protocol leader's client-side assignor failed: it could not be loaded, it raised, or it returned
+    something that is not an assignment (``docs/classic-protocol.md``).  The leader reports it; the coordinator
+    fails the generation and retries it with another leader."""
+
+
 class EpochExhaustedError(ZkCoordError):
     """The coordinator epoch on record is the largest there can be: no new term can be elected (a person must
     decide: only a hand-written epoch gets there)."""

@@ -60,6 +60,8 @@ CHANGE_KEYS = {
     "stopped_partitions",
     "acks",
     "member_steps",
+    "leader_compute_ms",
+    "sync_wait_ms",
     "zk_requests_by_role",
 }
 SUMMARY_KEYS = {
@@ -99,6 +101,8 @@ SUMMARY_KEYS = {
     "stopped_partitions_p50",
     "acks_p50",
     "member_steps_p50",
+    "leader_compute_ms_p50",
+    "sync_wait_ms_p50",
     "zk_requests_by_role_p50",
 }
 STATS_KEYS = {"n", "p50", "p95", "max", "mean"}
@@ -109,6 +113,7 @@ RATIOS = (
     "coordinator_over_incremental",
     "legacy_over_consumer",
     "incremental_over_consumer",
+    "classic_over_coordinator",
 )
 COMPARISON_KEYS = {f"{kind}_{ratio}" for kind in ("join", "leave") for ratio in RATIOS}
 

@@ -15,6 +15,7 @@ from tests.cli import run_cli
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
 from zkcoord.testbed.scenario.runner import SCENARIOS
+from zkcoord.testbed.scenario.strategy import STRATEGY_STEPS
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 #: each test is a whole demo (two runs, a Spark analysis): minutes, more on a machine busy with the other worker
@@ -39,7 +40,7 @@ def test_every_fault_kind_is_listed() -> None:
     assert set(EVIDENCE) == set(FAULTS)
     out = run_cli("demo", "--list")
     assert out.returncode == 0
-    assert all(kind in out.stdout for kind in [*FAULTS, *STEPS, *UPGRADE_STEPS, *SCENARIOS])
+    assert all(kind in out.stdout for kind in [*FAULTS, *STEPS, *UPGRADE_STEPS, *STRATEGY_STEPS, *SCENARIOS])
 
 
 def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5_and_commits_unprocessed_records(

@@ -2,10 +2,9 @@
 
 The test reads the layout's trees out of the document itself, starts a real cluster (a broker hosting the
 coordinator, an eager and an incremental coordinator group, the latter with a dynamic config set by ``zkcoord group
-config``, a Kafka 0.8 ``zk-client`` group and a group migrating from one to the other, a producer, a checkpoint taken
-by ``zkcoord group checkpoint``), makes the
-coordinator leave a command unacknowledged in the channel of a paused consumer (commands are otherwise deleted within
-milliseconds), and walks the whole tree:
+config``, a classic-protocol group, a Kafka 0.8 ``zk-client`` group and a group migrating from one to the other, a
+producer, a checkpoint taken by ``zkcoord group checkpoint``), makes the coordinator leave a command unacknowledged in
+the channel of a paused consumer (commands are otherwise deleted within milliseconds), and walks the whole tree:
 
 * every znode matches one documented path (the most specific one, literal names before ``<placeholders>``);
 * a documented ``ephemeral`` node has an ephemeral owner, a ``persistent`` one has none, a
@@ -162,13 +161,15 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.zk.create(paths.offset("reset", "t", 0), encode_int(999_999_999), makepath=True)
     run.consumer("reset", "t")
     run.consumer("kip", "t", extra=("--protocol", "consumer", "--instance-id", "i1"))  # KIP-848's records, instances/
+    run.consumer("cls", "t", extra=("--protocol", "classic", "--assignors", "roundrobin,range"))  # classic/
     paused = run.consumer("eager", "t")
     run.wait_members("eager", 2)
     run.wait_members("incr", 1)
     run.wait_members("mig", 1)
     run.wait_members("kip", 1)
+    run.wait_members("cls", 1)
     assert producer.wait(60) == 0
-    for group in ("eager", "incr", "old", "mig", "reset", "kip"):
+    for group in ("eager", "incr", "old", "mig", "reset", "kip", "cls"):
         run.wait_consumed_all(group, {"t"})
     checkpointed = run_cli("group", "checkpoint", "eager", "cp", "--zk", run.hosts)  # an operator's checkpoints/
     assert checkpointed.returncode == 0, checkpointed.stderr

@@ -11,6 +11,7 @@ import pytest
 
 from zkcoord.bench.rebalance.measures import breakdown, commands, comparison
 from zkcoord.bench.rebalance.timeline import (
+    CLASSIC,
     CONSUMER,
     COORDINATOR,
     INCREMENTAL,
@@ -111,8 +112,8 @@ def _joining(protocol: str = INCREMENTAL) -> GroupTracker:
     return tracker
 
 
-def test_protocols_list_incremental_and_consumer_between_the_coordinator_and_the_legacy_one() -> None:
-    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
+def test_protocols_list_incremental_classic_and_consumer_between_the_coordinator_and_the_legacy_one() -> None:
+    assert PROTOCOLS == (COORDINATOR, INCREMENTAL, CLASSIC, CONSUMER, LEGACY)
 
 
 def test_incremental_settles_at_the_last_missing_event_and_only_then() -> None:
@@ -400,7 +401,12 @@ def test_comparison_has_the_ratios_over_the_incremental_protocol() -> None:
         "join_incremental_over_consumer": None,
         "leave_legacy_over_consumer": None,
         "leave_incremental_over_consumer": None,
+        # nor the classic one
+        "join_classic_over_coordinator": None,
+        "leave_classic_over_coordinator": None,
     }
+    with_classic = comparison([*rows, _row("classic", "join", 250)])
+    assert with_classic["join_classic_over_coordinator"] == 0.5
     two = comparison([r for r in rows if r["protocol"] != "incremental"])
     assert two["join_legacy_over_coordinator"] == 3.0 and two["join_legacy_over_incremental"] is None
 

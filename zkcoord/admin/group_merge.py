@@ -19,7 +19,7 @@ The rules (``docs/migration.md`` has the protocols they describe):
   member its own, a migrating member the newer of the two (both only move forward).  With no owner: the newer of the
   two while members claim in 0.8's layout (the next owner may be either kind), else the coordinator's.
 
-Later protocols (the classic protocol of issue 17, KIP-848's ``consumer`` of issue 16) are new :class:`Protocol`
+Later protocols (the classic protocol of issue 17, KIP-848's ``consumer`` of issue 16) are :class:`Protocol`
 values, each with its layout's registrations; nothing here assumes there are only two.
 """
 
@@ -42,8 +42,9 @@ class Protocol(Enum):
 
     ``eager`` and ``incremental`` are the coordinator's protocol in its two rebalance modes; ``migrating`` is a
     coordinator member that also claims Kafka 0.8's owner znodes (``--migrating``); ``consumer`` is KIP-848's
-    consumer protocol (``--protocol consumer``, Kafka's group type name).  ``unknown``: no registration of the member
-    can be read.  Issue 17's ``classic`` is to join here.
+    consumer protocol (``--protocol consumer``, Kafka's group type name); ``classic`` the classic protocol of seed 001
+    (``--protocol classic``: a leader member computes the assignment).  ``unknown``: no registration of the member
+    can be read.
     """
 
     ZK_CLIENT = "zk-client"
@@ -51,6 +52,7 @@ class Protocol(Enum):
     INCREMENTAL = "incremental"
     MIGRATING = "migrating"
     CONSUMER = "consumer"
+    CLASSIC = "classic"
     UNKNOWN = "unknown"
 
     @property
@@ -88,6 +90,8 @@ def protocol_of(coordinator: Registered | None, legacy: Registered | None) -> Pr
             return Protocol.UNKNOWN
         if reg.consumer_protocol:
             return Protocol.CONSUMER
+        if reg.classic:
+            return Protocol.CLASSIC
         return Protocol.INCREMENTAL if reg.incremental else Protocol.EAGER
     return Protocol.ZK_CLIENT if readable else Protocol.UNKNOWN
 

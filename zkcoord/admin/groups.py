@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from zkcoord.admin.classic_view import ClassicView, read_classic
 from zkcoord.admin.group_merge import (
     OWNERSHIP,
     GroupStatus,
@@ -160,6 +161,8 @@ class GroupDescription:
     ownership_problems: tuple[str, ...] = ()
     #: a consumer-protocol group's KIP-848 records (``None``: it has none)
     kip848: Kip848View | None = None
+    #: a classic-protocol group's join and sync records: strategy, leader (``None``: it has none)
+    classic: ClassicView | None = None
 
     @property
     def generation(self) -> int | None:
@@ -193,6 +196,7 @@ class GroupDescription:
             },
             "membership_changed": self.membership_changed,
             "kip848": None if self.kip848 is None else self.kip848.to_json(),
+            "classic": None if self.classic is None else self.classic.to_json(),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -246,6 +250,7 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
     problems.extend(_member_problems(m.members))
     problems.extend(m.alarms)
     kip848 = read_kip848(zk, group, problems) if Layout.COORDINATOR.value in m.layouts else None
+    classic = read_classic(zk, group, problems) if Layout.COORDINATOR.value in m.layouts else None
     return GroupDescription(
         group=group,
         state=m.status,
@@ -260,6 +265,7 @@ def describe_group(zk: ZkClient, group: str, data_dir: Path) -> GroupDescription
         unclaimed=tuple(m.unclaimed),
         ownership_problems=m.alarms,
         kip848=kip848,
+        classic=classic,
     )
 
 

@@ -13,7 +13,7 @@ from zkcoord.bench.common import default_out, interruptible, preset, preset_help
 from zkcoord.bench.rebalance.config import JOIN_LEAVE, SCENARIOS, BenchConfig
 from zkcoord.bench.rebalance.report import format_report
 from zkcoord.bench.rebalance.run import RebalanceBench
-from zkcoord.bench.rebalance.timeline import CONSUMER, PROTOCOLS
+from zkcoord.bench.rebalance.timeline import CONSUMER, DEFAULT_PROTOCOLS, PROTOCOLS
 from zkcoord.cli.bench_suite_cmd import (
     all_benchmarks,
     analyze,
@@ -45,7 +45,8 @@ def bench() -> None:
     "protocols",
     type=click.Choice(PROTOCOLS),
     multiple=True,
-    help="Protocol to run (repeatable, in this order)  [default: coordinator, incremental, consumer, zk-client; "
+    help="Protocol to run (repeatable, in this order; classic only when named)  [default: coordinator, incremental, "
+    "consumer, zk-client; "
     "with --scenario rolling-restart alone: consumer]",
 )
 @click.option(
@@ -134,9 +135,10 @@ def rebalance(
 
     The protocols: coordinator (eager rebalances: every member stops and restarts), incremental (the same
     coordinator, every member asking for incremental rebalances: only the members whose partitions move get
-    commands), consumer (KIP-848's consumer protocol: epochs, reconciliation member by member; a change ends when
-    the group is stable again, every member at the assignment epoch) and zk-client (Kafka 0.8.2's client-side
-    rebalance).
+    commands), classic (seed 001: the coordinator's eager rebalances with the assignment computed by a leader member,
+    its computation time shown apart), consumer (KIP-848's consumer protocol: epochs, reconciliation member by
+    member; a change ends when the group is stable again, every member at the assignment epoch) and zk-client
+    (Kafka 0.8.2's client-side rebalance).
 
     Every consumer is a real ZooKeeper session, hosted many to a worker process.  For each protocol, the groups are
     formed, then TRIALS times one consumer joins each group and leaves again.  For each change: the time from the
@@ -156,7 +158,7 @@ def rebalance(
     chosen = preset("rebalance", size, given)
     scenarios = scenarios or (JOIN_LEAVE,)
     if not protocols:
-        protocols = PROTOCOLS if JOIN_LEAVE in scenarios else (CONSUMER,)
+        protocols = DEFAULT_PROTOCOLS if JOIN_LEAVE in scenarios else (CONSUMER,)
     config = BenchConfig(
         protocols=protocols,
         scenarios=scenarios,

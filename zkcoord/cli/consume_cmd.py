@@ -20,6 +20,7 @@ from zkcoord.cli.common import (
 )
 from zkcoord.cli.consume_app import App
 from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, Subscription
+from zkcoord.consumer.config import Rebalance
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer
 from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.errors import AccessRefusedError, ConfigurationError
@@ -131,10 +132,12 @@ class _Status:
 @click.option("--unsafe", is_flag=True, hidden=True, help="Demo contrast only: no stale-command check, no lease.")
 @click.option(
     "--protocol",
-    type=click.Choice(["coordinator", "consumer", "zk-client"]),
+    type=click.Choice(["coordinator", "classic", "consumer", "zk-client"]),
     default="coordinator",
     show_default=True,
-    help="coordinator: the coordinator assigns partitions (seed 002); consumer: KIP-848's consumer protocol, "
+    help="coordinator: the coordinator assigns partitions (seed 002); classic: a leader member computes the assignment "
+    "with a strategy every member supports (--assignors; seed 001, docs/classic-protocol.md); consumer: KIP-848's "
+    "consumer protocol, "
     "each member reconciled on its own with group and member epochs (docs/protocol.md); zk-client: Kafka 0.8.2's "
     "client-side rebalance.",
 )
@@ -175,6 +178,17 @@ class _Status:
     "to give it partitions with a replica on a broker of that rack (broker --rack), where that costs neither balance "
     "nor stickiness (docs/protocol.md). Not with --protocol zk-client.",
 )
+@click.option(
+    "--assignors",
+    "strategies",
+    default="range",
+    show_default=True,
+    metavar="NAME[,NAME...]",
+    help="(--protocol classic) The assignment strategies this member supports, most preferred first: range, "
+    "roundrobin, sticky (uniform), or your own module:Class (docs/classic-protocol.md). The coordinator picks one "
+    "every member supports, by vote; a rolling restart with a new first choice switches the group once all members "
+    "have it.",
+)
 @click.option("--rebalance-max-retries", type=click.IntRange(1, 1000), default=4, show_default=True, help="(zk-client)")
 @click.option(
     "--rebalance-backoff", type=click.FloatRange(0, 600), default=2.0, show_default=True, help="Seconds (zk-client)."
@@ -211,6 +225,7 @@ def consume(
     rebalance: str,
     max_poll_interval: float,
     rack: str | None,
+    strategies: str,
     rebalance_max_retries: int,
     rebalance_backoff: float,
     assignor: str,
@@ -249,34 +264,23 @@ def consume(
         consumer_id=consumer_id,
         unsafe_no_fencing=unsafe,
         migrating=migrating,
-        rebalance="consumer" if protocol == "consumer" else "incremental" if rebalance == "incremental" else "eager",
+        rebalance=_rebalance(protocol, rebalance),
         shutdown_timeout_s=shutdown_timeout,
         max_poll_interval_s=max_poll_interval,
         instance_id=instance_id,
         rack=rack,
         zk_auth=zk_auth(),
+        assignors=tuple(s.strip() for s in strategies.split(",")),
     )
-    refused = {
-        "--zk-auth: zk-client members write Kafka 0.8's tree, which ACLs close (docs/security.md)": (
-            config.zk_auth is not None and protocol == "zk-client"
-        ),
-        "--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)": (
-            unsafe and protocol == "zk-client"
-        ),
-        "--rebalance is the coordinator protocol's (the consumer protocol is incremental)": (
-            rebalance == "incremental" and protocol == "consumer"
-        ),
-        "--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)": (
-            rebalance == "incremental" and protocol == "zk-client"
-        ),
-        "--rack is for coordinated consumers (zk-client members assign among themselves)": (
-            rack is not None and protocol == "zk-client"
-        ),
-        "--migrating is for coordinator consumers joining a zk-client group": migrating and protocol == "zk-client",
-    }
-    for message, applies in refused.items():
-        if applies:
-            raise ConfigurationError(message)
+    _check_flags(
+        protocol,
+        strategies=strategies,
+        rebalance=rebalance,
+        unsafe=unsafe,
+        rack=rack,
+        migrating=migrating,
+        zk_auth=config.zk_auth is not None,
+    )
     registry, metrics = open_metrics(metrics_addr, metrics_port)
     stop = SignalStop("consumer", shutdown_timeout)
     journal = open_journal(journal_dir, f"consumer-{group}")
@@ -319,3 +323,34 @@ def consume(
             metrics.close()
     click.echo(f"consumer {consumer.consumer_id} left group {group} after {total} records", err=True)
     stop.exit(code)
+
+
+def _rebalance(protocol: str, rebalance: str) -> Rebalance:
+    """The consumer's ``rebalance`` for ``--protocol`` and ``--rebalance``."""
+    if protocol in ("consumer", "classic"):
+        return "consumer" if protocol == "consumer" else "classic"
+    return "incremental" if rebalance == "incremental" else "eager"
+
+
+def _check_flags(
+    protocol: str, *, strategies: str, rebalance: str, unsafe: bool, rack: str | None, migrating: bool, zk_auth: bool
+) -> None:
+    """:raises ConfigurationError: a flag that does not apply to ``protocol``."""
+    if zk_auth and protocol == "zk-client":
+        raise ConfigurationError(
+            "--zk-auth: zk-client members write Kafka 0.8's tree, which ACLs close (docs/security.md)"
+        )
+    if strategies != "range" and protocol != "classic":
+        raise ConfigurationError("--assignors is the classic protocol's (--protocol classic)")
+    if rebalance == "incremental" and protocol == "classic":
+        raise ConfigurationError("--rebalance is the coordinator protocol's (the classic protocol is eager)")
+    if unsafe and protocol == "zk-client":
+        raise ConfigurationError("--unsafe applies to the coordinator protocol only (zk-client has no fencing at all)")
+    if rebalance == "incremental" and protocol == "consumer":
+        raise ConfigurationError("--rebalance is the coordinator protocol's (the consumer protocol is incremental)")
+    if rebalance == "incremental" and protocol == "zk-client":
+        raise ConfigurationError("--rebalance incremental is for coordinator consumers (zk-client rebalances eagerly)")
+    if rack is not None and protocol == "zk-client":
+        raise ConfigurationError("--rack is for coordinated consumers (zk-client members assign among themselves)")
+    if migrating and protocol == "zk-client":
+        raise ConfigurationError("--migrating is for coordinator consumers joining a zk-client group")

@@ -12,6 +12,7 @@ from zkcoord.cli.common import echo_json
 from zkcoord.testbed.scenario.cluster import Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
 from zkcoord.testbed.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
+from zkcoord.testbed.scenario.strategy import STRATEGY_STEPS
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 
@@ -27,6 +28,9 @@ def _list() -> None:
         click.echo(f"  {f.kind:<19} {f.description}")
     click.echo("\nSteps of the kip848-migration scenario:")
     for f in UPGRADE_STEPS.values():
+        click.echo(f"  {f.kind:<19} {f.description}")
+    click.echo("\nSteps of the classic-switch scenario:")
+    for f in STRATEGY_STEPS.values():
         click.echo(f"  {f.kind:<19} {f.description}")
 
 

@@ -132,6 +132,8 @@ def _header(d: GroupDescription) -> list[str]:
         lines.append(
             f"consumer protocol (KIP-848): {epochs}" + (f"; reconciling: {', '.join(behind)}" if behind else "")
         )
+    if d.classic is not None:
+        lines.append(d.classic.line())
     lines.extend(_migration_lines(d))
     return lines
 

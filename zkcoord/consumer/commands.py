@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 
+from zkcoord.consumer.classic import ClassicLeader
 from zkcoord.consumer.commits import Closing, Commits, FinalCommit
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState, Rebalance
@@ -67,6 +68,8 @@ class CommandHandler:
         self.c = core
         self.state = HandlerState(core)
         self.starter = Starter(self.state)
+        #: the classic protocol's leader role (seed 001): answers the join records that name this member leader
+        self.classic = ClassicLeader(core)
 
     @property
     def admission(self) -> Admission:
@@ -113,7 +116,15 @@ class CommandHandler:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind == "channel":
                     self.c.redeliver_later(("channel", None))
-                elif kind in ("commit", "legacy-claim", "owner", "registration", "channel-node", "revoke-done"):
+                elif kind in (
+                    "commit",
+                    "legacy-claim",
+                    "owner",
+                    "registration",
+                    "channel-node",
+                    "revoke-done",
+                    "classic-join",
+                ):
                     self.c.redeliver_later((kind, arg))
                 elif kind == "poll-timeout":  # only the deletion is left to do
                     self.c.redeliver_later((kind, 0.0))
@@ -154,6 +165,8 @@ class CommandHandler:
             self.starter.claim_pending()
         elif kind == "owner":
             self.starter.claim_awaited(arg if isinstance(arg, str) else None)
+        elif kind == "classic-join":
+            self.classic.on_join(arg)
 
     def _on_application(self, kind: str, arg: object) -> None:
         """What the application's side asks for: finish a parked stop, register again after leaving, leave."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from zkcoord.consumer.assignors import check_assignors
 from zkcoord.errors import ConfigurationError
 from zkcoord.layout import topic_regex
 from zkcoord.layout.acl import Credential
@@ -28,7 +29,7 @@ from zkcoord.protocol.offset_reset import OffsetReset, check_policy
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, validate_timeout
 
 StartFrom = Literal["earliest", "latest"]
-Rebalance = Literal["eager", "incremental", "consumer"]
+Rebalance = Literal["eager", "incremental", "consumer", "classic"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class Subscription:
         max_poll_interval_ms: int | None = None,
         instance_id: str | None = None,
         rack: str | None = None,
+        assignors: tuple[str, ...] = (),
     ) -> MemberRegistration:
         """The member znode's content for this subscription (``max_poll_interval_ms``, ``rack`` None: not
         published)."""
@@ -91,6 +93,7 @@ class Subscription:
             consumer_protocol=consumer_protocol,
             instance_id=instance_id,
             rack=rack,
+            assignors=assignors,
         )
 
 
@@ -122,6 +125,8 @@ class ConsumerConfig:
     :param rebalance: ``eager`` (the seed's protocol: every rebalance stops the whole group) or ``incremental``
         (the member says it can be rebalanced incrementally: when every member of the group says so, the coordinator
         moves only the partitions that change owner, with KIP-848's uniform assignor; ``docs/protocol.md``), or
+        ``classic`` (seed 001's classic protocol: a leader member computes the assignment with a strategy every
+        member supports, ``assignors``; ``docs/classic-protocol.md``), or
         ``consumer`` (KIP-848's consumer protocol, Kafka's ``group.protocol=consumer``: when every member speaks it,
         the coordinator reconciles each member on its own, with group and member epochs; ``docs/protocol.md``,
         "KIP-848").
@@ -140,6 +145,10 @@ class ConsumerConfig:
     :param rack: the consumer's rack (Kafka's ``client.rack``), published in its registration: the coordinator's
         uniform assignor prefers to give it partitions with a replica on a broker of that rack (``broker --rack``),
         where that costs neither balance nor stickiness.  None: no rack.
+    :param assignors: the classic protocol's (``rebalance="classic"``, seed 001): the assignment strategies this
+        member supports, most preferred first (Kafka's ``partition.assignment.strategy``): built-in names or
+        ``module:Class`` (``docs/classic-protocol.md``).  The coordinator picks one every member supports; the leader
+        member computes the assignment with it.  Each must load, or the config is refused.
     """
 
     group: str
@@ -162,10 +171,17 @@ class ConsumerConfig:
     instance_id: str | None = None
     rack: str | None = None
     zk_auth: Credential | None = None
+    assignors: tuple[str, ...] = ("range",)
 
     def _check_protocol(self) -> None:
-        if self.rebalance not in ("eager", "incremental", "consumer"):
-            raise ConfigurationError(f"rebalance must be 'eager', 'incremental' or 'consumer', got {self.rebalance!r}")
+        if self.rebalance not in ("eager", "incremental", "consumer", "classic"):
+            raise ConfigurationError(
+                f"rebalance must be 'eager', 'incremental', 'consumer' or 'classic', got {self.rebalance!r}"
+            )
+        if self.rebalance == "classic":
+            check_assignors(self.assignors)
+            if self.migrating:
+                raise ConfigurationError("a classic-protocol member cannot be migrating")
         if self.instance_id is not None:
             check_instance_id(self.instance_id)
             if self.rebalance != "consumer":

@@ -120,6 +120,7 @@ class ConsumerCore:
             max_poll_interval_ms=round(self.config.max_poll_interval_s * 1000),
             instance_id=self.config.instance_id,
             rack=self.config.rack,
+            assignors=self.config.assignors if self.config.rebalance == "classic" else (),
         )
         if self.config.instance_id is not None:
             self._hold_instance(self.config.instance_id)
@@ -160,6 +161,7 @@ class ConsumerCore:
             session=f"{self.zk.session_id:#x}",
             registrations=self.registrations,
             **({"migrating": True} if self.config.migrating else {}),
+            **({"assignors": list(reg.assignors)} if reg.assignors else {}),
         )
 
     def _hold_instance(self, instance_id: str) -> None:

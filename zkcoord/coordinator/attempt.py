@@ -38,6 +38,9 @@ class Step(Enum):
     STOPPING = "stopping"
     STARTING = "starting"
     HANDOVER = "handover"
+    #: the classic protocol's first step: the join record written, the leader's assignment awaited
+    #: (:mod:`zkcoord.coordinator.classic.engine`); STOPPING and STARTING follow with the leader's target
+    SYNCING = "syncing"
 
 
 class Mode(Enum):
@@ -45,6 +48,8 @@ class Mode(Enum):
 
     EAGER = "eager"
     INCREMENTAL = "incremental"
+    #: eager, with the target computed by a leader member (the classic protocol, seed 001)
+    CLASSIC = "classic"
 
 
 @dataclass

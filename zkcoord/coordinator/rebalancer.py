@@ -34,7 +34,8 @@ fetching, and the new owner starts the partition once its owner znode names it. 
 the hand-over's path and waits only for the acknowledgements to mark the group STABLE.  Any attempt that does not
 complete leaves a non-STABLE state behind, so the next one is eager: what the members fetch is then known again
 from scratch, and its start step reads the owner znodes again (an old owner may have handed over after the attempt
-read them).
+read them).  *Classic* attempts (every member ``"protocol": "classic"``, seed 001) begin with :attr:`Step.SYNCING`
+(strategy, leader, the leader's target validated: :mod:`zkcoord.coordinator.classic.engine`), then go on as eager.
 
 Every write goes through the term's fence (S1).  Every command carries the coordinator epoch and the generation,
 which only grow, so consumers can refuse stale ones (S5).
@@ -54,18 +55,19 @@ from collections.abc import Callable, Mapping
 
 from zkcoord.coordinator.acks import Acks
 from zkcoord.coordinator.attempt import Attempt, Begun, Mode, Step
+from zkcoord.coordinator.classic.engine import ClassicGroups, speaks_classic
 from zkcoord.coordinator.commands import PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.kip848.engine import TOKENS, Reconciler, speaks_consumer
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.coordinator.plan import moves, plan, registry_vouched
+from zkcoord.coordinator.plan import Plan, moves, plan, registry_vouched
 from zkcoord.coordinator.sending import Sender
 from zkcoord.coordinator.snapshot import KnownMembers, KnownRegistry, ReadResult, read_group
 from zkcoord.coordinator.unreadable import report_input, watch_unreadable
-from zkcoord.errors import CodecError, FencedError, ZkError
+from zkcoord.errors import FencedError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.group_config import GroupConfig
-from zkcoord.layout.group_state import GroupPhase, GroupState
+from zkcoord.layout.group_state import GroupPhase
 from zkcoord.layout.registrations import MemberRegistration
 from zkcoord.protocol.assignors import PartitionRacks, moved_partitions
 from zkcoord.runtime.faults import fault_point
@@ -165,7 +167,7 @@ class Rebalancer:
             wall_ms=wall_ms,
         )
         #: writes each step (the stops, the hand-over, the starts, with the state)
-        self.sending = Sender(
+        self.sending = sending = Sender(
             zk,
             writer,
             config,
@@ -182,6 +184,11 @@ class Rebalancer:
             clock=clock,
             wall_ms=wall_ms,
         )
+        #: the classic protocol's groups: their join, the leader's sync, its validation
+        self.classic = ClassicGroups(
+            zk, writer, config, journal, active=self.active, sending=sending, schedule=schedule, retry=self._retry,
+            sync_watch=ack_watch, clock=clock,
+        )  # fmt: skip
 
     # --- entry points (worker thread) ------------------------------------------------------------------------------
 
@@ -215,8 +222,7 @@ class Rebalancer:
             # Fences off (the demo's contrast): a coordinator that knows nothing of a migration, as one written
             # without it would be -- it plans over its own members only, beside the zk-client members.
             read = dataclasses.replace(read, snapshot=dataclasses.replace(read.snapshot, legacy={}), migrating=False)
-        config = self.group_config(group)
-        planned = plan(read.snapshot, self.topics(), self.config.assignor, config, self.partition_racks())
+        planned, classic = self._plan(group, read)
         wanted = planned.necessary or self.retries.get(group, 0) != 0
         if wanted and (planned.members or read.snapshot.state is not None) and not room:
             return Begun.DEFERRED
@@ -239,7 +245,9 @@ class Rebalancer:
         state = read.snapshot.state
         generation = self.generations[group] = max(state.generation if state else 0, self.generations.get(group, 0)) + 1
         attempt = Attempt(group, generation, self.retries.get(group, 0), planned, read, trigger, requested_at)
-        if self._incremental(attempt):
+        if classic:
+            attempt.mode, attempt.step = Mode.CLASSIC, Step.SYNCING
+        elif self._incremental(attempt):
             attempt.mode = Mode.INCREMENTAL
             attempt.moves = moves(read.snapshot, planned.target, planned.members)
             # With ACLs only the coordinator writes owner znodes, so no member can hand one over (docs/security.md).
@@ -272,6 +280,20 @@ class Rebalancer:
         self._first_step(attempt)
         return Begun.STARTED if group in self.active else Begun.SKIPPED
 
+    def _plan(self, group: str, read: ReadResult) -> tuple[Plan, bool]:
+        """The group's plan, and whether its leader computes the target (a classic group, seed 001)."""
+        planned = plan(
+            read.snapshot, self.topics(), self.config.assignor, self.group_config(group), self.partition_racks()
+        )
+        if not speaks_classic(read) or self.writer.fence.unsafe:
+            return planned, False
+        replanned = self.classic.replan(read, planned, self.topics())
+        self.generations[group] = max(self.generations.get(group, 0), self.classic.last_generation(group))
+        if replanned is None:
+            note = ("classic group", "no strategy every member supports: the coordinator assigns")
+            return dataclasses.replace(planned, notes=[*planned.notes, note]), False
+        return replanned, True
+
     def _read(self, group: str, read: ReadResult | ZkError | None) -> ReadResult | ZkError:
         """The group as read (by the caller, or now), its unreadable members watched; or the read's error."""
         try:
@@ -303,7 +325,7 @@ class Rebalancer:
     def on_ack(self, event: WatchEvent) -> None:
         """The watch on a command fired (:meth:`Acks.on_ack <zkcoord.coordinator.acks.Acks.on_ack>`, or the
         consumer-protocol engine's)."""
-        if not self.kip848.on_ack(event):
+        if not self.kip848.on_ack(event) and not self.classic.on_sync(event):
             self.acks.on_ack(event)
 
     @property
@@ -353,7 +375,9 @@ class Rebalancer:
         todo, self.acks.unwatched = self.acks.unwatched, set()
         for attempt in list(self.active.values()):
             if attempt.uncertain:
-                self._resume(attempt)
+                self.sending.resume(attempt)
+            elif attempt.step is Step.SYNCING:
+                self.classic.check(attempt)
             elif attempt.group in todo:
                 self.acks.recheck(attempt)
 
@@ -367,33 +391,12 @@ class Rebalancer:
         self.channels.pop(group, None)
 
     def _first_step(self, attempt: Attempt) -> None:
-        if attempt.step is Step.HANDOVER and attempt.moves is not None:
+        if attempt.step is Step.SYNCING:
+            self.classic.join(attempt, self.topics())
+        elif attempt.step is Step.HANDOVER and attempt.moves is not None:
             self.sending.handover(attempt, attempt.moves)
         else:
             self.sending.stop(attempt)
-
-    def _resume(self, attempt: Attempt) -> None:
-        """After a reconnect: read the state back and send only the batches that did not commit."""
-        try:
-            data, stat = self.zk.get(paths.group_state(attempt.group))
-            state = GroupState.decode(data, paths.group_state(attempt.group))
-        except (ZkError, CodecError) as e:
-            self._retry(attempt, f"cannot read back the state after a connection loss: {e}")
-            return
-        for cid in attempt.recipients:  # a bound for commands of batches that landed unseen (at most this late)
-            attempt.written.setdefault(cid, stat.mzxid)
-        phase = GroupPhase.STOPPING if attempt.step is Step.STOPPING else GroupPhase.STARTING
-        landed = state.sent if (state.generation, state.phase) == (attempt.generation, phase) else 0
-        # Unfenced (the demo's contrast), a resumed coordinator writes over whatever the state holds now.
-        base_version = stat.version if landed or self.writer.fence.unsafe else attempt.state_version
-        if landed >= len(self.writer.batches(attempt.ops)):
-            attempt.state_version = stat.version
-            self.sending.sent(attempt)
-        else:
-            attempt.uncertain = False
-            self.sending.write(attempt, attempt.ops, phase, base_version, start=landed)
-        if self.active.get(attempt.group) is attempt and not attempt.uncertain:
-            self.acks.recheck(attempt)
 
     def _advance(self, attempt: Attempt) -> None:
         if attempt.step is Step.STOPPING:
@@ -456,6 +459,8 @@ class Rebalancer:
         )
 
     def _retry(self, attempt: Attempt, reason: str) -> None:
+        if attempt.step is Step.SYNCING:
+            self.classic.leader_failed(attempt)
         self.active.pop(attempt.group, None)
         self._failed_attempt(attempt.group, attempt.trigger, attempt.requested_at, reason, attempt.generation)
 

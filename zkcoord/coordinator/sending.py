@@ -23,7 +23,7 @@ from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.plan import Moves
 from zkcoord.coordinator.snapshot import KnownMembers, with_owners_read_again
-from zkcoord.errors import NoNodeError, ZkError
+from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
@@ -103,6 +103,11 @@ class Sender:
             return False
         return True
 
+    def next_token(self) -> int:
+        """A new step's token (its timeout names it: a timer of an earlier step is moot)."""
+        self._tokens += 1
+        return self._tokens
+
     def stop(self, attempt: Attempt) -> None:
         """The stop step: stop-fetchers to every member (eager) or to those giving partitions up (incremental);
         with nothing to take from anyone, the start step at once."""
@@ -160,6 +165,30 @@ class Sender:
         ops += command_ops(attempt, CommandOption.START_FETCHER, self.epoch, self.wall_ms())
         self.write(attempt, ops, GroupPhase.STARTING, attempt.state_version)
 
+    def resume(self, attempt: Attempt) -> None:
+        """After a reconnect: read the state back and send only the batches that did not commit (then look at the
+        acknowledgements again: those seen while the outcome was unknown were not counted)."""
+        try:
+            data, stat = self.zk.get(paths.group_state(attempt.group))
+            state = GroupState.decode(data, paths.group_state(attempt.group))
+        except (ZkError, CodecError) as e:
+            self.retry(attempt, f"cannot read back the state after a connection loss: {e}")
+            return
+        for cid in attempt.recipients:  # a bound for commands of batches that landed unseen (at most this late)
+            attempt.written.setdefault(cid, stat.mzxid)
+        phase = GroupPhase.STOPPING if attempt.step is Step.STOPPING else GroupPhase.STARTING
+        landed = state.sent if (state.generation, state.phase) == (attempt.generation, phase) else 0
+        # Unfenced (the demo's contrast), a resumed coordinator writes over whatever the state holds now.
+        base_version = stat.version if landed or self.writer.fence.unsafe else attempt.state_version
+        if landed >= len(self.writer.batches(attempt.ops)):
+            attempt.state_version = stat.version
+            self.sent(attempt)
+        else:
+            attempt.uncertain = False
+            self.write(attempt, attempt.ops, phase, base_version, start=landed)
+        if self.active.get(attempt.group) is attempt and not attempt.uncertain:
+            self.acks.recheck(attempt)
+
     def state(self, attempt: Attempt, phase: GroupPhase, error: str = "") -> GroupState:
         """The group's state znode for ``attempt`` in ``phase``."""
         return GroupState(
@@ -186,8 +215,7 @@ class Sender:
         if not start:
             attempt.written, attempt.commands = {}, {}
         attempt.step_started = self.clock()
-        self._tokens += 1
-        attempt.token = self._tokens
+        attempt.token = self.next_token()
         try:
             attempt.state_version, created = self.writer.write(
                 attempt.group, self.state(attempt, phase), state_version, ops, start

@@ -182,6 +182,7 @@ def acl_for(policy: AclPolicy, path: str, own: tuple[str, str] | None = None) ->
     * ``ids/<c>`` (ephemeral): its own member WRITE (re-registering); ``channel/<c>``: its own member WRITE (the
       acknowledgement record) and DELETE (acknowledging = deleting a command) -- "its own" is the per-member id;
     * ``offsets/<t>/<p>``, ``resets/<t>/<p>``: members WRITE (a partition's owner changes between members);
+    * ``classic/sync``: members WRITE (the classic protocol's leader, whichever member the generation names);
     * anything else (commands, owners, state, KIP-848 records, brokers, topics, configs, election znodes): read-only
       but for the coordinator.
     """
@@ -204,6 +205,10 @@ def acl_for(policy: AclPolicy, path: str, own: tuple[str, str] | None = None) ->
     if top in ("offsets", "resets") and len(rest) == 2:
         return [*base, _digest(member, Perm.CREATE)]
     if top in ("offsets", "resets") and len(rest) == 3:
+        return [*base, _digest(member, Perm.WRITE)]
+    if rest == ["classic", "sync"]:
+        # the classic protocol's leader -- any member, chosen per generation -- writes the generation's assignment;
+        # its transaction checks the join record's version, and the coordinator validates what it wrote
         return [*base, _digest(member, Perm.WRITE)]
     if top in ("ids", "channel") and len(rest) == 2:
         if own is None or own[0] != rest[1]:

@@ -140,6 +140,30 @@ def kip848(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/kip848"
 
 
+def classic_root(group_name: str) -> str:
+    """A classic-protocol group's join and sync records (issue 17, ``docs/classic-protocol.md``)."""
+    return f"{GROUPS}/{group_name}/classic"
+
+
+def classic_join(group_name: str) -> str:
+    """The coordinator's JoinGroup answer (:class:`~zkcoord.layout.classic.JoinRecord`)."""
+    return f"{GROUPS}/{group_name}/classic/join"
+
+
+def classic_sync(group_name: str) -> str:
+    """The leader's SyncGroup (:class:`~zkcoord.layout.classic.SyncRecord`), empty until the leader writes it."""
+    return f"{GROUPS}/{group_name}/classic/sync"
+
+
+def group_of_classic_sync(path: str) -> str | None:
+    """The group whose sync record ``path`` is, or None."""
+    prefix, sep, rest = path.partition(f"{GROUPS}/")
+    if prefix or not sep:
+        return None
+    group, _, tail = rest.partition("/")
+    return group if tail == "classic/sync" and group else None
+
+
 def targets_root(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/target"
 

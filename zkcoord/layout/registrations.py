@@ -6,7 +6,8 @@
 validates and raises :class:`~zkcoord.errors.CodecError` on anything malformed (S7).
 
 Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names`,
-:mod:`zkcoord.layout.znodes` (the shared format) and :mod:`zkcoord.layout.topic_regex` (subscriptions' regexes).
+:mod:`zkcoord.layout.znodes` (the shared format), :mod:`zkcoord.layout.topic_regex` (subscriptions' regexes) and
+:mod:`zkcoord.layout.classic` (a classic member's strategy names).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Self
 
 from zkcoord.errors import CodecError, InvalidNameError
 from zkcoord.layout import topic_regex
+from zkcoord.layout.classic import check_strategies
 from zkcoord.layout.names import MAX_PARTITIONS, validate_rack, validate_topic
 from zkcoord.layout.znodes import (
     FORMAT_VERSION,
@@ -226,6 +228,14 @@ class MemberRegistration:
     #: a static member's instance id (KIP-848's ``group.instance.id``; consumer protocol only), written only when set
     instance_id: str | None = None
     rack: str | None = None
+    #: the classic protocol's (seed 001, ``"protocol": "classic"``): the assignment strategies the member supports, in
+    #: its order of preference (its JoinGroup protocols); non-empty exactly for a classic member
+    assignors: tuple[str, ...] = ()
+
+    @property
+    def classic(self) -> bool:
+        """Whether the member speaks the classic protocol (a leader member computes the assignment)."""
+        return bool(self.assignors)
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -242,6 +252,9 @@ class MemberRegistration:
             obj["max_poll_interval_ms"] = self.max_poll_interval_ms
         if self.consumer_protocol:
             obj["protocol"] = "consumer"
+        if self.assignors:
+            obj["protocol"] = "classic"
+            obj["assignors"] = list(self.assignors)
         if self.instance_id is not None:
             obj["instance_id"] = self.instance_id
         if self.rack is not None:
@@ -300,7 +313,19 @@ class MemberRegistration:
             consumer_protocol=(consumer := _speaks_consumer(obj, migrating or incremental, what, path)),
             instance_id=_instance_id(obj, consumer, what, path),
             rack=rack_field(obj, what, path),
+            assignors=_classic_assignors(obj, migrating or incremental, what, path),
         )
+
+
+def _classic_assignors(obj: Mapping[str, Any], other: bool, what: str, path: str | None) -> tuple[str, ...]:
+    """The classic protocol's ``assignors`` (with ``"protocol": "classic"``, and only then)."""
+    if obj.get("protocol") != "classic":
+        if "assignors" in obj:
+            raise CodecError(what, '\'assignors\' belongs to the classic protocol ("protocol": "classic")', path)
+        return ()
+    if other:
+        raise CodecError(what, "a member of the classic protocol is neither 'migrating' nor 'incremental'", path)
+    return check_strategies(obj.get("assignors"), what, path)
 
 
 #: an instance id: as a topic name's characters, up to 249 of them (it names a znode under ``instances/``)
@@ -331,9 +356,9 @@ def _instance_id(obj: Mapping[str, Any], consumer: bool, what: str, path: str | 
 def _speaks_consumer(obj: Mapping[str, Any], classic: bool, what: str, path: str | None) -> bool:
     """The optional ``protocol`` key: ``consumer`` (KIP-848's) or ``coordinator`` (the default, when absent)."""
     protocol = obj.get("protocol", "coordinator")
-    if protocol not in ("coordinator", "consumer"):
+    if protocol not in ("coordinator", "consumer", "classic"):
         raise CodecError(
-            what, f"field 'protocol' must be 'coordinator' or 'consumer', got {str(protocol)[:40]!r}", path
+            what, f"field 'protocol' must be 'coordinator', 'consumer' or 'classic', got {str(protocol)[:40]!r}", path
         )
     if protocol == "consumer" and classic:
         raise CodecError(what, "a member of the consumer protocol is neither 'migrating' nor 'incremental'", path)

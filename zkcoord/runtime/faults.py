@@ -42,6 +42,7 @@ POINTS: dict[str, str] = {
     "coordinator.mid_handover": "a hand-over's stop- and start-fetchers are written, before any is acknowledged",
     "coordinator.mid_reconcile": "a consumer-protocol (KIP-848) round's revocations are written, before any is "
     "acknowledged",
+    "consumer.classic_before_sync": "a classic-protocol leader computed its group's assignment, before it writes it",
     "consumer.after_revoke": "a consumer's on_partitions_revoked returned inside poll(), before its stop is finished",
     "admin.before_reset": "`group reset-offsets --execute` has read and planned, before its transaction is sent",
 }

@@ -71,6 +71,20 @@ EVENTS: dict[str, str] = {
     "rebalance.barrier": "every stop-fetcher of an attempt was acknowledged: group, generation, epoch, stop_ms",
     "rebalance.completed": "a rebalance finished: group, generation, epoch, attempts, latency_ms, stop_ms, start_ms",
     "rebalance.aborted": "an attempt was dropped because a member left: group, generation, epoch, reason",
+    "classic.joined": "a classic-protocol generation's join record was written (seed 001): group, generation, epoch, "
+    "leader, strategy, reason (why this strategy), members, passed_over (leaders that failed this rebalance)",
+    "classic.synced": "the coordinator accepted a classic leader's assignment: group, generation, epoch, leader, "
+    "strategy, compute_ms (the leader's), wait_ms (join to sync), partitions",
+    "classic.assignment_invalid": "the coordinator refused a classic leader's assignment (its assignor failed, or it "
+    "misses or invents partitions, or gives one to a non-subscriber): group, generation, epoch, leader, reason",
+    "classic.sync_stale": "the coordinator ignored a sync record of another generation or leader: group, generation, "
+    "leader, expected_generation, expected_leader",
+    "classic.sync_written": "a classic leader wrote its generation's assignment: group, consumer, generation, "
+    "strategy, compute_ms, members, partitions, error (its assignor's, if it failed)",
+    "classic.sync_refused": "a classic leader's write was refused by the fence (a newer generation's join record): "
+    "group, consumer, generation, reason",
+    "classic.assignor_failed": "a classic leader's assignor raised or returned garbage: group, consumer, generation, "
+    "strategy, error",
     "kip848.rebuilt": "a consumer-protocol group's records could not be carried on from; its model is rebuilt "
     "(every member stopped first unless the classic state vouches for the registry): group, epoch, reason",
     "kip848.resumed": "a coordinator carries a consumer-protocol group on from its records: group, epoch, "
@@ -95,7 +109,8 @@ EVENTS: dict[str, str] = {
         "taken for an acknowledgement, the attempt is retried: group, consumer, option, epoch, generation, channel"
     ),
     "consumer.registered": (
-        "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client)"
+        "a consumer created its member znode: group, consumer, pattern, subscription, session, protocol (zk-client), "
+        "assignors (classic)"
     ),
     "consumer.deregistered": "a consumer removed its member znode on close: group, consumer",
     "consumer.fenced": "a consumer's session expired; it dropped its partitions uncommitted: group, consumer, reason",

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from zkcoord.bench.rebalance.timeline import CONSUMER, LEGACY, PROTOCOLS
+from zkcoord.bench.rebalance.timeline import CONSUMER, DEFAULT_PROTOCOLS, LEGACY, PROTOCOLS
 from zkcoord.errors import ConfigurationError
 
 #: how a run reports its progress: one line at a time
@@ -27,7 +27,7 @@ SCENARIOS = (JOIN_LEAVE, ROLLING_RESTART)
 class BenchConfig:
     """What ``zkcoord bench rebalance`` runs.  Validated on construction (:class:`ConfigurationError`)."""
 
-    protocols: tuple[str, ...] = PROTOCOLS
+    protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     scenarios: tuple[str, ...] = (JOIN_LEAVE,)
     consumers: int = 50
     partitions: int = 500

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from zkcoord.bench.rebalance.cluster import CpuReading
 from zkcoord.bench.rebalance.sessions import ROLES, Sessions, by_role
 from zkcoord.bench.rebalance.timeline import (
+    CLASSIC,
     CONSUMER,
     COORDINATED,
     COORDINATOR,
@@ -100,6 +101,10 @@ class Change:
     #: coordinated protocols: command.acked events in the change; consumer: kip848.member_step events (else None)
     acks: int | None = None
     member_steps: int | None = None
+    #: classic: the leader's assignor time (``classic.synced``'s ``compute_ms``) and the coordinator's wait from its
+    #: join record to the leader's valid sync, summed over the change's generations (else None)
+    leader_compute_ms: float | None = None
+    sync_wait_ms: float | None = None
     #: the requests per group by who sent them (:mod:`~zkcoord.bench.rebalance.sessions`)
     zk_requests_by_role: dict[str, float | None] = field(default_factory=dict)
 
@@ -200,7 +205,7 @@ def measure(
     lost = outage(initial, window, tracker.topic, start_ms, end)
     since = trigger if trigger is not None else start_ms
     legacy = tracker.protocol == LEGACY
-    return Change(
+    change = Change(
         protocol=tracker.protocol,
         kind=kind,
         trial=trial,
@@ -231,6 +236,17 @@ def measure(
         **commands(tracker, events, end),
         **usage,
     )
+    if tracker.protocol == CLASSIC:
+        change.leader_compute_ms, change.sync_wait_ms = leader_times(window)
+    return change
+
+
+def leader_times(window: Iterable[Event]) -> tuple[float, float]:
+    """A classic change's leader computation and sync wait (ms, summed over its generations), apart from the rest of
+    its latency."""
+    synced = [e.fields for e in window if e.ev == "classic.synced"]
+    compute = sum(float(f.get("compute_ms") or 0) for f in synced)
+    return round(compute, 3), round(sum(float(f.get("wait_ms") or 0) for f in synced), 3)
 
 
 def aborted(events: Iterable[Event], everything: Iterable[Event]) -> int:
@@ -291,6 +307,8 @@ def breakdown(tracker: GroupTracker, events: Sequence[Event], since: int, end: i
         final = tracker.settled_generation
         fetching = tracker.fetching_at.ts if tracker.fetching_at is not None else None
         extra = {"fetching": rel(fetching)} if tracker.protocol == CONSUMER else {}
+        if tracker.protocol == CLASSIC:  # the leader's sync accepted: its computation is before this
+            extra = {"synced": rel(first_ts(window, "classic.synced", generation=final))}
         applied: dict[str, list[int]] = {"stop-fetcher": [], "start-fetcher": []}
         for e in window:
             if e.ev == "command.applied" and e.fields.get("generation") == final:
@@ -415,6 +433,10 @@ def summarize(run: ProtocolRun, cfg: BenchConfig, floor: Floor) -> list[dict[str
                 ),
                 "acks_p50": _median([float(c.acks) for c in completed if c.acks is not None]),
                 "member_steps_p50": _median([float(c.member_steps) for c in completed if c.member_steps is not None]),
+                "leader_compute_ms_p50": _median(
+                    [c.leader_compute_ms for c in completed if c.leader_compute_ms is not None]
+                ),
+                "sync_wait_ms_p50": _median([c.sync_wait_ms for c in completed if c.sync_wait_ms is not None]),
                 "zk_requests_by_role_p50": {
                     role: _median([n for c in changes if (n := c.zk_requests_by_role.get(role)) is not None])
                     for role in ROLES
@@ -431,6 +453,7 @@ RATIOS = (
     ("coordinator_over_incremental", COORDINATOR, INCREMENTAL),
     ("legacy_over_consumer", LEGACY, CONSUMER),
     ("incremental_over_consumer", INCREMENTAL, CONSUMER),
+    ("classic_over_coordinator", CLASSIC, COORDINATOR),
 )
 
 

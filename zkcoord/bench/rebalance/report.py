@@ -43,7 +43,8 @@ _CONSUMER_STEPS = (
     ("fetching", "all fetch"),
     ("completed", "stable"),
 )
-_COORDINATED = ("coordinator", "incremental", "consumer")
+_COORDINATED = ("coordinator", "incremental", "classic", "consumer")
+_CLASSIC_STEPS = (*_COORDINATOR_STEPS[:2], ("synced", "leader sync"), *_COORDINATOR_STEPS[2:])
 #: the comparison's ratios shown in the notes: key suffix, numerator, denominator
 _RATIOS = (
     ("legacy_over_coordinator", "zk-client", "coordinator"),
@@ -51,6 +52,7 @@ _RATIOS = (
     ("coordinator_over_incremental", "coordinator", "incremental"),
     ("legacy_over_consumer", "zk-client", "consumer"),
     ("incremental_over_consumer", "incremental", "consumer"),
+    ("classic_over_coordinator", "classic", "coordinator"),
 )
 _LEGACY_STEPS = (
     ("first_attempt", "1st attempt"),
@@ -214,6 +216,7 @@ def format_breakdown(document: dict[str, Any]) -> list[str]:
     for protocol, steps in (
         ("coordinator", _COORDINATOR_STEPS),
         ("incremental", _COORDINATOR_STEPS),
+        ("classic", _CLASSIC_STEPS),
         ("consumer", _CONSUMER_STEPS),
         ("zk-client", _LEGACY_STEPS),
     ):
@@ -225,6 +228,11 @@ def format_breakdown(document: dict[str, Any]) -> list[str]:
         for r in rows:
             values = r["breakdown_ms_p50"]
             lines.append(f"  {r['kind']:<6} " + " ".join(f"{_num(values.get(key)):>12}" for key, _ in steps))
+        for r in rows if protocol == "classic" else []:
+            lines.append(
+                f"  {r['kind']}: the leader's assignor {_num(r.get('leader_compute_ms_p50'), 2)} ms, its join to a "
+                f"valid sync {_num(r.get('sync_wait_ms_p50'), 1)} ms (p50; within the latency, shown apart)"
+            )
     return lines
 
 

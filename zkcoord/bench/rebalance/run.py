@@ -61,7 +61,15 @@ from zkcoord.bench.rebalance.measures import (
 )
 from zkcoord.bench.rebalance.rolling import RollingRestart
 from zkcoord.bench.rebalance.sessions import read_sessions
-from zkcoord.bench.rebalance.timeline import CONSUMER, COORDINATOR, INCREMENTAL, LEGACY, GroupTracker, JournalTail
+from zkcoord.bench.rebalance.timeline import (
+    CLASSIC,
+    CONSUMER,
+    COORDINATOR,
+    INCREMENTAL,
+    LEGACY,
+    GroupTracker,
+    JournalTail,
+)
 from zkcoord.bench.rebalance.waits import JournalWaits
 from zkcoord.bench.rebalance.zkfloor import Floor, measure_floor, read_counters
 from zkcoord.errors import ZkCoordError
@@ -70,7 +78,7 @@ from zkcoord.zk import ZkClient, ZkConfig
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = default_out("rebalance")
-SHORT = {COORDINATOR: "co", INCREMENTAL: "in", CONSUMER: "cs", LEGACY: "zk"}
+SHORT = {COORDINATOR: "co", INCREMENTAL: "in", CLASSIC: "cl", CONSUMER: "cs", LEGACY: "zk"}
 
 
 # --- the run ----------------------------------------------------------------------------------------------------

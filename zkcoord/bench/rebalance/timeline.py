@@ -51,9 +51,13 @@ COORDINATOR = "coordinator"
 INCREMENTAL = "incremental"
 CONSUMER = "consumer"
 LEGACY = "zk-client"
-PROTOCOLS = (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
+#: seed 001's classic protocol: a leader member computes the assignment (range here: the members' default strategy)
+CLASSIC = "classic"
+PROTOCOLS = (COORDINATOR, INCREMENTAL, CLASSIC, CONSUMER, LEGACY)
+#: The protocols a run measures when none is named (``--protocol classic`` adds the classic one)
+DEFAULT_PROTOCOLS = (COORDINATOR, INCREMENTAL, CONSUMER, LEGACY)
 #: The protocols whose rebalances the coordinator runs (its ``rebalance.*`` and ``command.*`` events).
-COORDINATED = (COORDINATOR, INCREMENTAL, CONSUMER)
+COORDINATED = (COORDINATOR, INCREMENTAL, CLASSIC, CONSUMER)
 #: The protocols whose members get a uniform, history-dependent assignment (checked by balance, not recomputed).
 UNIFORM = (INCREMENTAL, CONSUMER)
 
@@ -310,9 +314,11 @@ class GroupTracker:
 
 
 __all__ = [
+    "CLASSIC",
     "CONSUMER",
     "COORDINATED",
     "COORDINATOR",
+    "DEFAULT_PROTOCOLS",
     "INCREMENTAL",
     "LEGACY",
     "PROTOCOLS",

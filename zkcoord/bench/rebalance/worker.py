@@ -71,9 +71,14 @@ from zkcoord.testbed.poll_loop import PollLoop
 
 log = logging.getLogger("zkcoord.bench.rebalance.worker")
 
-PROTOCOLS = ("coordinator", "incremental", "consumer", "zk-client")
+PROTOCOLS = ("coordinator", "incremental", "classic", "consumer", "zk-client")
 #: the ``rebalance`` setting of :class:`ConsumerConfig` for each protocol but ``zk-client``
-REBALANCE: dict[str, Rebalance] = {"coordinator": "eager", "incremental": "incremental", "consumer": "consumer"}
+REBALANCE: dict[str, Rebalance] = {
+    "coordinator": "eager",
+    "incremental": "incremental",
+    "classic": "classic",
+    "consumer": "consumer",
+}
 
 #: How often the main thread looks whether the commands ended while it waits for them or for a signal (its signal
 #: handlers run between these waits).

@@ -62,8 +62,10 @@ class Member:
     group: str
     proc: ChildProcess
     via_proxy: bool = False
-    #: ``coordinator`` (the coordinator's classic protocol), ``zk-client``, ``migrating`` (a coordinator consumer
-    #: started with ``--migrating``), or ``consumer`` (KIP-848's consumer protocol: ``--protocol consumer``)
+    #: ``coordinator`` (the coordinator's eager protocol), ``zk-client``, ``migrating`` (a coordinator consumer
+    #: started with ``--migrating``), ``consumer`` (KIP-848's consumer protocol: ``--protocol consumer``), or
+    #: ``classic-range`` / ``classic-roundrobin`` (the classic protocol with those strategies: the classic-switch
+    #: scenario passes its flags as ``extra``)
     kind: str = "coordinator"
 
     @property

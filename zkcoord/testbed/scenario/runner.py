@@ -23,6 +23,7 @@ from zkcoord.errors import ConfigurationError
 from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.strategy import OLD, STRATEGY_STEPS, check_switch
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 Say = Callable[[str], None]
@@ -40,6 +41,9 @@ class Scenario:
     #: the static group is rolled onto KIP-848's consumer protocol (the kip848-migration scenario): every classic
     #: member must be gone at the end, and in a safe run the consumer protocol must have taken the group over
     to_consumer_protocol: bool = False
+    #: the static group runs the classic protocol on ``range`` and is rolled onto ``roundrobin,range`` (the
+    #: classic-switch scenario): its strategy must switch once, at the right moment
+    classic_static: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -71,6 +75,14 @@ SCENARIOS: dict[str, Scenario] = {
                  "(classic eager throughout) and the zombie and the kill land in classic rebalances",
                  ("upgrade-consumer", "member-kill", "upgrade-zombie", "upgrade-failover"), fixed=4,
                  to_consumer_protocol=True),
+        Scenario("classic-switch",
+                 "the static group runs the classic protocol (seed 001: a leader member assigns) on range; its members "
+                 "are restarted one at a time with --assignors roundrobin,range while producing: the group keeps "
+                 "range until every member supports roundrobin, then switches in one rebalance (the verdict checks "
+                 "the journal's strategy per generation); the --unsafe contrast runs the coordinator without its "
+                 "fences, which never runs the classic protocol (it assigns the group itself)",
+                 ("upgrade-strategy",) * Workload().static_consumers, fixed=Workload().static_consumers,
+                 classic_static=True),
     )
 }  # fmt: skip
 
@@ -193,7 +205,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
             progress(f"fault {i + 1}/{len(order)}: {kind}")
             try:
-                detail = {**FAULTS, **STEPS, **UPGRADE_STEPS}[kind].run(cluster, rng, say)
+                detail = {**FAULTS, **STEPS, **UPGRADE_STEPS, **STRATEGY_STEPS}[kind].run(cluster, rng, say)
             except ProcessError as e:
                 result.problems.append(f"{kind}: {e}")
                 say(f"[{label}] fault {kind} did not settle: {e}")
@@ -204,12 +216,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
         progress("producers stopped; draining")
         _drain(cluster, timeout=15.0 if config.unsafe else 45.0, result=result)
         progress("drained")
-        if scenario.legacy_static:
-            left = [m for m in cluster.live_members(config.workload.static_group) if m.kind == "zk-client"]
-            if left:
-                result.problems.append(f"migration unfinished: {len(left)} zk-client consumers left")
-        if scenario.to_consumer_protocol:
-            _check_upgraded(cluster, tail, result)
+        _check_scenario(cluster, scenario, tail, result)
     finally:
         cluster.close()
     tail.poll()
@@ -230,11 +237,25 @@ def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:
     for i in range(w.static_consumers):
         if scenario.legacy_static:
             cluster.start_consumer(w.static_group, kind="zk-client")
+        elif scenario.classic_static:
+            cluster.start_consumer(w.static_group, via_proxy=(i == 0), kind="classic-range", extra=OLD)
         else:
             cluster.start_consumer(w.static_group, via_proxy=(i == 0))
     for _ in range(w.wildcard_consumers):
         cluster.start_consumer(w.wildcard_group)
     cluster.wait_all_stable(60)
+
+
+def _check_scenario(cluster: RunCluster, scenario: Scenario, tail: JournalTail, result: RunResult) -> None:
+    """What the scenario must have achieved besides the safety the verdict checks."""
+    if scenario.legacy_static:
+        left = [m for m in cluster.live_members(cluster.workload.static_group) if m.kind == "zk-client"]
+        if left:
+            result.problems.append(f"migration unfinished: {len(left)} zk-client consumers left")
+    if scenario.to_consumer_protocol:
+        _check_upgraded(cluster, tail, result)
+    if scenario.classic_static and not cluster.unsafe:
+        result.problems.extend(check_switch(cluster.journal_dir, cluster.workload.static_group))
 
 
 def _check_upgraded(cluster: RunCluster, tail: JournalTail, result: RunResult) -> None:
