@@ -48,7 +48,7 @@ from zkcoord.consumer.lease import Lease, lease_duration, wall_ms_at
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.polling import AppSide, PartitionsCallback, journal_consumed
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
-from zkcoord.consumer.registration import delete_own, register_first
+from zkcoord.consumer.registration import delete_own, register_first, watch_own
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
 from zkcoord.errors import ZkError
@@ -172,15 +172,7 @@ class Consumer:
         if self.config.rebalance == "classic":
             self.handler.classic.watch()
         self.core.handoff.entered_poll()  # the poll interval runs from here: an application that never polls leaves
-        # Our own znodes, repaired by the command thread if someone damages them (zkcoord.consumer.registration).
-        self.zk.watch_data(
-            paths.member(self.config.group, self.consumer_id),
-            lambda _d, _s: self.core.events.put(("registration", None)),
-        )
-        self.zk.watch_data(
-            paths.channel(self.config.group, self.consumer_id),
-            lambda _d, stat: self.core.events.put(("channel-node", None if stat is None else stat.czxid)),
-        )
+        watch_own(self.core)
         return self
 
     def _fit_lease(self) -> None:

@@ -181,3 +181,13 @@ def register_first(c: ConsumerCore) -> None:
                 raise
         else:
             return
+
+
+def watch_own(c: ConsumerCore) -> None:
+    """Watch our own registration and channel node: the command thread repairs them if someone damages them
+    (:func:`check_registration`, :func:`check_channel`).  The watches only enqueue."""
+    c.zk.watch_data(paths.member(c.config.group, c.consumer_id), lambda _d, _s: c.events.put(("registration", None)))
+    c.zk.watch_data(
+        paths.channel(c.config.group, c.consumer_id),
+        lambda _d, stat: c.events.put(("channel-node", None if stat is None else stat.czxid)),
+    )
