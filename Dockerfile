@@ -16,7 +16,8 @@ COPY . ./
 RUN python3 -m venv /opt/zkcoord \
     && /opt/zkcoord/bin/pip install --no-cache-dir --disable-pip-version-check ${PIP_OPTIONS} \
     && useradd --system --home /var/lib/zkcoord zkcoord \
-    && mkdir -p /var/lib/zkcoord && chown zkcoord /var/lib/zkcoord
+    && mkdir -p /var/lib/zkcoord/journal /var/lib/zkcoord/data && chown -R zkcoord /var/lib/zkcoord
+# (journal/ and data/ made here: a new volume is filled from the image, so they are zkcoord's from the start)
 ENV PATH=/opt/zkcoord/bin:$PATH
 USER zkcoord
 ENV ZKCOORD_HOME=/var/lib/zkcoord
