@@ -79,6 +79,7 @@ def test_a_partition_drops_packets_both_ways_and_heals() -> None:
         socket.if_nametoindex(lab.bridge)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_partitions_between_hosts_keep_every_property_and_lose_nothing(tmp_path: Path) -> None:
     run = tmp_path / "hosts"

@@ -138,9 +138,10 @@ def zk_leader_kill(d: Deployment, rng: random.Random, say: Say) -> str:
     d.record_fault("zk-leader-kill", f"zookeeper-{top + 1}", "SIGKILL the ensemble's leader")
     say(f"ZooKeeper {top + 1} (leader) killed")
     wait_until(lambda: leader(d) not in (None, top), d.grace_s, "a new ZooKeeper leader")
+    new = leader(d)
     d.start_zk(top)
     settle(d)
-    return f"leader {top + 1}, now {leader(d)}"
+    return f"leader {top + 1} killed, {'none' if new is None else new + 1} elected"
 
 
 HOST_FAULTS: dict[str, HostFault] = {
