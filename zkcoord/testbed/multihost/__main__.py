@@ -47,7 +47,10 @@ def compose(project: str, duration: float, seed: int) -> None:
             deployment.close()
     except ZkCoordError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(f"{len(done)} faults; journal: {deployment.journal_dir}")
+    unsettled = [f for f in done if "did not settle" in f]
+    click.echo(f"{len(done)} faults, {len(unsettled)} unsettled; journal: {deployment.journal_dir}")
+    if unsettled:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

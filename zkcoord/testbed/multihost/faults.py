@@ -97,8 +97,11 @@ def coordinator_cut(d: Deployment, rng: random.Random, say: Say) -> str:
 
 def consumer_cut(d: Deployment, rng: random.Random, say: Say) -> str:
     """A consumer's host cut off from every ZooKeeper server while it runs; healed once its group went on without
-    it (its lease stopped it handing records out meanwhile)."""
-    group, host = rng.choice(d.consumer_hosts())
+    it (its lease stopped it handing records out meanwhile).  Only a consumer of a group with others to go on."""
+    choices = [(g, h) for g, h in d.consumer_hosts() if d.member_count(g) >= 2]
+    if not choices:
+        return "no group with two consumers"
+    group, host = rng.choice(choices)
     n = d.member_count(group)
     d.cut([host], d.zk_hosts())
     d.record_fault("partition", host.name, f"consumer of {group} cut off from ZooKeeper (DROP)")
