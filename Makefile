@@ -2,6 +2,7 @@
 #   make demo   the end-to-end run (installs what is missing first)
 #   make test   lint, type-check and the whole test suite (installs what is missing first)
 #   make bench  every benchmark (zkcoord bench all), SIZE=small|medium|large (default small), JSON in bench-results/
+#   make compose-up / compose-down   the Compose deployment on local images (scripts/compose.sh; docs/deployment.md)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SIZE ?= small
 
-.PHONY: setup system demo test lint typecheck pytest bench clean
+.PHONY: setup system demo test lint typecheck pytest bench clean compose-up compose-down
 
 setup: system $(STAMP)
 
@@ -44,6 +45,14 @@ test: lint typecheck pytest
 
 bench: setup
 	$(BIN)/zkcoord bench all --size $(SIZE)
+
+# Installs Debian's docker.io and docker-compose and starts dockerd if needed, builds the images when their inputs
+# changed, then starts the ensemble, brokers, producer and consumers; compose-down removes them, volumes included.
+compose-up:
+	@scripts/compose.sh up
+
+compose-down:
+	@scripts/compose.sh down
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,41 @@ def test_the_checker_can_fail() -> None:
         parse_command(["nosuchcommand"])
     with pytest.raises(click.BadParameter):
         parse_command(["broker", "--id", "minus-one"])
+
+
+#: Runs zkcoord's command line with the spark extra's packages (and the dev extra's) made unimportable, as in the
+#: image, which installs zkcoord without extras.
+WITHOUT_EXTRAS = """
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in ("pyspark", "matplotlib", "numpy", "pandas", "yaml", "pytest"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, Absent())
+from zkcoord.cli import cli
+cli(sys.argv[1:], prog_name="zkcoord")
+"""
+
+
+@pytest.mark.parametrize("command", sorted({spec["command"][1] for spec in SERVICES.values()}))
+def test_the_image_commands_run_without_the_extras(command: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS, command, "--help"], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_the_local_override_replaces_every_image_it_cannot_pull() -> None:
+    """deploy/compose.local.yaml: the ZooKeeper servers on the image built from Debian's package, every zkcoord service
+    built on the local base from the host's wheels; nothing else (prometheus stays the official image's)."""
+    override = yaml.safe_load((ROOT / "deploy" / "compose.local.yaml").read_text())["services"]
+    services = load_compose()["services"]
+    zks = {name for name, s in services.items() if str(s.get("image", "")).startswith("zookeeper:")}
+    assert {name for name, s in override.items() if s["image"] == "zkcoord-zookeeper:local"} == zks
+    built = {name for name, s in override.items() if "build" in s}
+    assert built == set(SERVICES)
+    for name in built:
+        assert override[name]["build"]["args"]["BASE"] == "zkcoord-base:bookworm"
+        assert "--no-index" in override[name]["build"]["args"]["PIP_OPTIONS"]
+    assert set(override) <= set(services)

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from zkcoord.analysis import AnalysisError, run_analysis
-from zkcoord.analysis.bench_report import load_bench, render_bench, table
 
 
 @click.command()
@@ -96,6 +95,10 @@ def analyze(
 
 
 def _bench(path: Path, out: Path, as_json: bool) -> None:
+    # Imported here: matplotlib is the spark extra's, and every other command (a broker in a container built without
+    # the extra) loads this module.
+    from zkcoord.analysis.bench_report import load_bench, render_bench, table  # noqa: PLC0415
+
     try:
         doc = load_bench(path)
         page = render_bench(doc, out)

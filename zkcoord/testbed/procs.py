@@ -41,10 +41,17 @@ def wait_until(
 
 
 class ChildProcess:
-    """``python -m zkcoord ARGS`` as a child, output to ``log_path``.  Context manager: terminates on exit."""
+    """``python -m zkcoord ARGS`` as a child, output to ``log_path``.  Context manager: terminates on exit.
 
-    def __init__(self, args: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None) -> None:
-        self.args = [sys.executable, "-m", "zkcoord", *args]
+    ``prefix``: a command that runs the rest in place of itself (``exec``), so that the child's pid is zkcoord's:
+    ``nsenter --net=PATH`` starts it on another host's network (:mod:`zkcoord.testbed.multihost`).
+    """
+
+    def __init__(
+        self, args: Sequence[str], log_path: Path, *, env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> None:
+        self.args = [*prefix, sys.executable, "-m", "zkcoord", *args]
+        self._shown = len(prefix) + 3  # where zkcoord's own arguments start, for messages
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
         self._proc: subprocess.Popen[bytes] | None = None
@@ -77,7 +84,8 @@ class ChildProcess:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as e:
-            raise ProcessError(f"{' '.join(self.args[3:5])} did not exit within {timeout:g} s") from e
+            shown = " ".join(self.args[self._shown : self._shown + 2])
+            raise ProcessError(f"{shown} did not exit within {timeout:g} s") from e
 
     def terminate(self, timeout: float = KILL_GRACE_S) -> int:
         """SIGTERM, then SIGKILL after ``timeout`` (by default after any default ``--shutdown-timeout`` stop is
