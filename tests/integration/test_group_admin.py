@@ -228,6 +228,7 @@ def test_delete_removes_the_group_in_both_layouts_its_checkpoints_and_config(
 # Refused before connecting (parsing) run in this process; those that read ZooKeeper run as a user runs them.
 _PARSED = [
     ((G, "--topic", "orders", "--to-datetime", "yesterday"), "Error: --to-datetime needs an ISO 8601 date-time"),
+    ((G, "--topic", "orders", "--to-datetime", "0001-01-01"), "Error: --to-datetime must not be before 1970"),
     ((G, "--topic", "orders", "--to-offset", "ten"), "Error: --to-offset needs a whole number"),
     ((G, "--topic", "orders", "--to-earliest", "--dry-run", "--execute"), "Error: give --dry-run or --execute"),
     ((G, "--topic", "orders", "--to-earliest", "--to-latest"), "Error: one reset mode only, got 2"),

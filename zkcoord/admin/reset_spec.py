@@ -109,7 +109,10 @@ def parse_datetime(text: str) -> int:
             f"--to-datetime needs an ISO 8601 date-time such as 2025-11-21T16:00:00.000 or "
             f"2025-11-21T16:00:00Z, got {text[:60]!r}"
         ) from e
-    ms = round(when.timestamp() * 1000)  # a naive datetime's timestamp() is local time
+    try:
+        ms = round(when.timestamp() * 1000)  # a naive datetime's timestamp() is local time
+    except (ValueError, OverflowError, OSError):  # year 1 or 9999 moved out of datetime's range by the local zone
+        ms = -1 if when.year < 1970 else MAX_LONG
     if ms < 0:
         raise ConfigurationError(f"--to-datetime must not be before 1970-01-01T00:00:00Z, got {text[:60]!r}")
     return ms

@@ -423,6 +423,10 @@ class OffsetStore:
         we are not the registration that claimed it).  :raises ZkError: on other I/O failures."""
         if session != self.zk.session_id or session == 0:
             return None
+        if self.zk.role == "member":
+            # With ACLs only the coordinator identity writes owner znodes (docs/security.md): a repair would be
+            # refused, and a refusal stops the consumer.  The coordinator rewrites it at the next rebalance.
+            return None
         if self.member is not None:
             registered = self.zk.exists(self.member)
             if registered is None or registered.ephemeralOwner != session:

@@ -75,6 +75,8 @@ class Watchers:
         self.member_ids: dict[str, Listing] = {}
         #: groups whose members watch fired (a change, or a reset by a connection loss): to list and watch again
         self.relist: set[str] = set()
+        #: groups found deleted while their members were listed (not to be taken as new by that listing)
+        self.vanished: set[str] = set()
         #: the term's one-shot watch on every group's ``ids`` (None while not coordinating)
         self.members_watch: Callable[[WatchEvent], None] | None = None
         #: the groups' dynamic configs (``/config/groups``)
@@ -266,12 +268,16 @@ class Watchers:
     # --- groups and members (worker) ------------------------------------------------------------------------------
 
     def on_groups(self, children: list[str]) -> None:
-        """New groups: list (and watch) their members in one burst, then queue each for examination."""
+        """New groups: list (and watch) their members in one burst, then queue each for examination.  A group gone
+        (``zkcoord group delete``) is forgotten: its name used again is a new group."""
+        for gone in self.groups - set(children):
+            self._forget(gone)
         new = sorted(set(children) - self.groups)
+        self.vanished.clear()
         if new:
             self._list_members(new)
         trigger = "new group" if self.groups_listed else "coordinator startup"
-        for group in new:
+        for group in (g for g in new if g not in self.vanished):
             self.groups.add(group)
             self._host.request(group, trigger)
         self.groups_listed = True
@@ -297,7 +303,12 @@ class Watchers:
         rebalancer = self._host.rebalancer
         fence = rebalancer.writer.fence if rebalancer else None
         if missing and fence is not None:
-            for group in missing:
+            for group in list(missing):
+                if zk.exists(paths.group(group)) is None:
+                    # Deleted (zkcoord group delete), not to be made again: forgotten until a member creates it.
+                    missing.remove(group)
+                    self._forget(group)
+                    continue
                 fence.ensure(paths.group_ids(group))
             again = zk.children_stat_many([paths.group_ids(g) for g in missing], watch=watch)
             out.update((g, listing(c)) for g, c in zip(missing, again, strict=True) if c is not None)
@@ -308,6 +319,13 @@ class Watchers:
             else:
                 self.member_ids.pop(group, None)
         return out
+
+    def _forget(self, group: str) -> None:
+        self.groups.discard(group)
+        self.member_ids.pop(group, None)
+        self.subs.pop(group, None)
+        self.relist.discard(group)
+        self.vanished.add(group)
 
     def on_members_watch(self, path: str, kind: WatchKind) -> None:
         """A group's members watch fired: list the group again (with the other groups of this turn)."""

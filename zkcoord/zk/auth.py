@@ -8,11 +8,13 @@ default, open ACL, as before.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kazoo.protocol.serialization import Auth
 from kazoo.security import ACL, Id
 
 from zkcoord import errors
@@ -83,3 +85,26 @@ def auth_data(credential: Credential | None, consumer_id: str | None) -> list[tu
         mine = member_credential(credential, consumer_id)
         out.append(("digest", f"{mine.user}:{mine.password}"))
     return out
+
+
+class HideAuth(logging.Filter):
+    """Hides the password of kazoo's ``Auth`` request in its log records: kazoo logs every request it sends at DEBUG
+    (``zkcoord -vv``), the session's ``Auth`` with its ``user:password`` too.  Added to every session's kazoo logger
+    by :class:`~zkcoord.zk.ZkClient`; kazoo's connection logs through that logger only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(isinstance(a, Auth) for a in args):
+            record.args = tuple(a._replace(auth="<hidden>") if isinstance(a, Auth) else a for a in args)
+        return True
+
+
+#: the one instance every session's logger holds (``addFilter`` adds an instance once)
+HIDE_AUTH = HideAuth()
+
+
+def kazoo_logger(name: str) -> logging.Logger:
+    """The kazoo logger of session ``name``, with :data:`HIDE_AUTH`."""
+    logger = logging.getLogger(f"kazoo.{name}")
+    logger.addFilter(HIDE_AUTH)
+    return logger

@@ -40,7 +40,7 @@ from zkcoord import errors
 from zkcoord.layout.acl import POLICY, AclPolicy
 from zkcoord.runtime.shutdown import Deadline
 from zkcoord.zk import many
-from zkcoord.zk.auth import AclContext, auth_data
+from zkcoord.zk.auth import AclContext, auth_data, kazoo_logger
 from zkcoord.zk.config import ZkAddress, ZkConfig
 from zkcoord.zk.handler import PollThreadingHandler, close_kazoo, on_negotiated_timeout
 from zkcoord.zk.many import ReadKind
@@ -197,7 +197,7 @@ class ZkClient:
             hosts=hosts,
             timeout=self.config.session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
-            logger=logging.getLogger(f"kazoo.{self.name}"),
+            logger=kazoo_logger(self.name),
             handler=PollThreadingHandler(),
             auth_data=auth_data(self.config.auth, self.config.consumer_id),
         )
