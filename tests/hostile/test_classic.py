@@ -74,3 +74,19 @@ def test_a_bad_or_stale_sync_record_is_refused_and_the_coordinator_goes_on(run: 
     wait_until(lambda: bool(stops()), 30, "the stop-fetcher of the accepted generation")
     assert stops() == ["stop-fetcher"], "distributed through the command channel"
     assert broker.alive()
+
+
+def test_an_owner_znode_past_the_partition_limit_does_not_poison_the_join_record(run: ClassicRun) -> None:
+    """An owner znode written by hand at a partition number past the codec's limit (``owners/t/10000``): the join
+    record's ``current`` (the sticky assignors' input) holds only the topic's real partitions, so every member can
+    read the record -- else each refused it and no leader ever answered: the group never rebalanced again."""
+    run.broker()
+    TopicAdmin(run.zk).create("t", 2)
+    run.zk.create(paths.owner("h", "t", 10_000), f"{MEMBER}-0".encode(), makepath=True)
+    run.zk.create(paths.owner("h", "t", 1), f"{MEMBER}-0".encode(), makepath=True)
+    registration = MemberRegistration(Pattern.STATIC, {"t": 1}, 1, assignors=("range",))
+    run.zk.ensure_path(paths.channel("h", MEMBER))
+    run.zk.create(paths.member("h", MEMBER), registration.encode(), ephemeral=True, makepath=True)
+    first = joined(run, 0)
+    record = join(run, "h")  # what every member decodes (ClassicLeader.on_join)
+    assert record.generation == first["generation"] and record.current == {"t": {1: f"{MEMBER}-0"}}

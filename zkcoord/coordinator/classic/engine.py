@@ -183,6 +183,7 @@ class ClassicGroups:
         leader = choose_leader(planned.members, previous.leader if previous is not None else None, failed)
         members = attempt.read.snapshot.members
         choice = self.choices.get(g) or Choice(planned.assignor, "")
+        partitions = partition_counts(planned, topics)
         record = JoinRecord(
             generation=attempt.generation,
             epoch=self.epoch,
@@ -193,8 +194,14 @@ class ClassicGroups:
                 cid: MemberMetadata(inc, planned.subscriptions.get(cid, {}), members[cid].registration.assignors)
                 for cid, inc in planned.members.items()
             },
-            partitions=partition_counts(planned, topics),
-            current=attempt.read.snapshot.owners,
+            partitions=partitions,
+            # Only real partitions: an owner znode written by hand past the codec's limit would make every member
+            # refuse the record (no leader would ever answer), and a sticky assignor has nothing to keep there.
+            current={
+                t: {p: th for p, th in owned.items() if p < partitions[t]}
+                for t, owned in attempt.read.snapshot.owners.items()
+                if t in partitions
+            },
         )
         try:
             fence = self.writer.fence
