@@ -2,12 +2,15 @@
 (``--assignors tests.classic_assignors:Flaky``): what a user's own ``module:Class`` looks like, and ones that fail.
 
 ``Flaky`` assigns as ``range`` does, unless its process's environment says otherwise (``CLASSIC_TEST_ASSIGNOR``):
-``raise`` raises, ``invalid`` leaves one partition unassigned, ``garbage`` returns a string.
+``raise`` raises, ``invalid`` leaves one partition unassigned, ``garbage`` returns a string, ``hang`` never returns
+(an hour's sleep), ``exit`` raises SystemExit (not an Exception).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Mapping
 
 from zkcoord.protocol.assignors import range_assign
@@ -25,6 +28,10 @@ class Flaky:
         mode = os.environ.get("CLASSIC_TEST_ASSIGNOR", "")
         if mode == "raise":
             raise RuntimeError("this assignor is broken on purpose")
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "exit":
+            sys.exit(3)
         if mode == "garbage":
             return "not an assignment"
         result = range_assign(subscriptions, partitions)

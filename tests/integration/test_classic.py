@@ -222,3 +222,25 @@ def test_a_leader_killed_before_it_writes_is_replaced(run: ClassicRun) -> None:
     wait_until(lambda: stable(run, "d", 1) and join(run, "d").leader == member_id(run, survivor), 30, "the survivor")
     assert producer.wait(60) == 0
     safe(run, "d", {"t"})
+
+
+@pytest.mark.parametrize("mode", ["hang", "exit"])
+def test_an_assignor_that_never_returns_or_exits_fails_the_leader_not_its_consumer(run: ClassicRun, mode: str) -> None:
+    """The leader's assignor hangs (never returns) or raises SystemExit: the leader gives up at the join record's
+    rebalance timeout (or at once) with ``classic.assignor_failed``, and its consumer goes on obeying commands -- else
+    its command thread was stuck in (or killed by) the assignor: no stop-fetcher acknowledged, the group stuck."""
+    run.broker()
+    TopicAdmin(run.zk).create("t", 4)
+    first = run.classic("x", "t", USER)
+    wait_until(lambda: stable(run, "x", 1), 30, "the first member stable")
+    broken = run.classic("x", "t", USER, env={"CLASSIC_TEST_ASSIGNOR": mode})
+    wait_until(lambda: stable(run, "x", 2), 30, "two members stable")
+    good = run.classic("x", "t", USER)
+    wait_until(lambda: stable(run, "x", 3), 30, "three members stable")
+    first.signal(signal.SIGTERM)
+    assert first.wait(20) == 0
+    wait_until(lambda: any(e["leader"] == member_id(run, broken) for e in events(run, "x", "classic.joined")), 30, "")
+    wait_until(lambda: settled(run, "x", 2) and join(run, "x").leader == member_id(run, good), 30, "two settled")
+    failed = events(run, "x", "classic.assignor_failed")
+    assert [e["consumer"] for e in failed] == [member_id(run, broken)], failed
+    assert broken.alive() and good.alive()

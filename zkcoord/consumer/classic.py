@@ -16,15 +16,19 @@ leader.  Whether the assignment is *valid* (every partition once, only to curren
 check, not the leader's: the coordinator trusts no member.
 
 The leader only computes; partitions move through the coordinator's stop-fetcher and start-fetcher commands as in
-every eager rebalance.  Threads: the command thread only (:meth:`ClassicLeader.on_join`).  The assignor runs on it:
-a slow one delays the member's commands, and past the coordinator's rebalance timeout the generation is retried
-without it.
+every eager rebalance.  Threads: the command thread only (:meth:`ClassicLeader.on_join`).  The assignor runs on a
+thread of its own, which the command thread waits for no longer than the join record's rebalance timeout: past it
+the coordinator retries the generation without this leader anyway, so the leader gives up (``classic.assignor_failed``)
+and its commands are obeyed again.  A user's assignor that never returns is left running (a daemon thread: Python
+cannot stop it), its result ignored; one that raises anything, even ``SystemExit``, fails on that thread only.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 
 from zkcoord.consumer.assignors import load_assignor
 from zkcoord.consumer.core import ConsumerCore
@@ -35,6 +39,36 @@ from zkcoord.protocol.classic_group import as_assignment
 from zkcoord.runtime.faults import fault_point
 
 log = logging.getLogger(__name__)
+
+#: how long a leader waits for its assignor when the join record does not say (the coordinator's default timeout)
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def bounded(work: Callable[[], object], timeout_s: float, name: str) -> object:
+    """``work()`` run on a daemon thread of its own, waited for at most ``timeout_s`` (command thread).
+
+    :raises AssignorError: it raised (anything, ``SystemExit`` included: on its own thread, where nothing else
+        dies), or did not return in time (it is left running; what it returns later is dropped).
+    """
+    box: list[tuple[bool, object]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, work()))
+        except BaseException as e:  # noqa: BLE001 -- contained: a user's assignor may raise anything, even SystemExit
+            box.append((False, e))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not box:
+        raise AssignorError(f"the assignor did not return within {timeout_s:g} s (the rebalance timeout)")
+    ok, result = box[0]
+    if ok:
+        return result
+    if isinstance(result, AssignorError | ConfigurationError):
+        raise AssignorError(str(result))
+    raise AssignorError(f"the assignor raised {type(result).__name__}: {result}")
 
 
 class ClassicLeader:
@@ -105,15 +139,17 @@ class ClassicLeader:
         """The assignment of ``record``'s generation by its strategy, or the assignor's error (never raises)."""
         subscriptions = {cid: dict(m.subscription) for cid, m in record.members.items()}
         started = time.perf_counter()
+        partitions, current = dict(record.partitions), record.current
+        timeout_s = record.rebalance_timeout_ms / 1000 or DEFAULT_TIMEOUT_S
         try:
-            assign = load_assignor(record.strategy)
-            result = assign(subscriptions, dict(record.partitions), record.current)
-            assignment = as_assignment(result)
-            error = ""
-        except (ConfigurationError, AssignorError) as e:
+            result = bounded(
+                lambda: as_assignment(load_assignor(record.strategy)(subscriptions, partitions, current)),
+                timeout_s,
+                f"classic-assignor-{record.generation}",
+            )
+            assignment, error = as_assignment(result), ""
+        except AssignorError as e:
             assignment, error = {}, str(e)
-        except Exception as e:  # noqa: BLE001 -- a user's assignor may raise anything: a failed attempt, not a crash
-            assignment, error = {}, f"the assignor raised {type(e).__name__}: {e}"
         compute_ms = (time.perf_counter() - started) * 1000
         if error:
             log.warning("consumer %s: assignor %s failed: %s", self.c.consumer_id, record.strategy, error)

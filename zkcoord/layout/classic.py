@@ -85,6 +85,9 @@ class JoinRecord:
     partitions: Mapping[str, int]
     #: the group's ownership as the coordinator read it (``topic -> partition -> thread``): a sticky assignor's input
     current: Ownership = field(default_factory=dict)
+    #: how long the coordinator waits for the leader's sync (its rebalance timeout); 0: not said (an older record).
+    #: The leader gives its assignor no longer: past it the generation is retried without this leader anyway
+    rebalance_timeout_ms: int = 0
 
     @property
     def leader_incarnation(self) -> int:
@@ -109,6 +112,7 @@ class JoinRecord:
                 },
                 "partitions": dict(sorted(self.partitions.items())),
                 "current": encode_ownership(self.current),
+                **({"rebalance_timeout_ms": self.rebalance_timeout_ms} if self.rebalance_timeout_ms else {}),
             }
         )
 
@@ -141,6 +145,9 @@ class JoinRecord:
             members=members,
             partitions=_counts(obj.get("partitions"), what, path, "partitions"),
             current=decode_ownership(obj.get("current", {}), what, path),
+            rebalance_timeout_ms=nonneg_int(obj, "rebalance_timeout_ms", what, path)
+            if "rebalance_timeout_ms" in obj
+            else 0,
         )
 
 

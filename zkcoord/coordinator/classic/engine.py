@@ -184,6 +184,7 @@ class ClassicGroups:
         members = attempt.read.snapshot.members
         choice = self.choices.get(g) or Choice(planned.assignor, "")
         partitions = partition_counts(planned, topics)
+        timeout_s = planned.config.rebalance_timeout_s(self.config.rebalance_timeout_s)
         record = JoinRecord(
             generation=attempt.generation,
             epoch=self.epoch,
@@ -202,6 +203,7 @@ class ClassicGroups:
                 for t, owned in attempt.read.snapshot.owners.items()
                 if t in partitions
             },
+            rebalance_timeout_ms=max(1, round(timeout_s * 1000)),
         )
         try:
             fence = self.writer.fence
@@ -222,7 +224,7 @@ class ClassicGroups:
         attempt.recipients, attempt.outstanding = frozenset({leader}), {leader}
         attempt.step_started = self.clock()
         attempt.token = self.sending.next_token()
-        attempt.timeout_s = planned.config.rebalance_timeout_s(self.config.rebalance_timeout_s)
+        attempt.timeout_s = timeout_s
         self.journal.emit(
             "classic.joined",
             group=g,
