@@ -3,7 +3,8 @@
 
 ``Flaky`` assigns as ``range`` does, unless its process's environment says otherwise (``CLASSIC_TEST_ASSIGNOR``):
 ``raise`` raises, ``invalid`` leaves one partition unassigned, ``garbage`` returns a string, ``hang`` never returns
-(an hour's sleep), ``exit`` raises SystemExit (not an Exception).
+(an hour's sleep), ``exit`` raises SystemExit (not an Exception), ``huge`` returns ~2 MB (past ZooKeeper's 1 MB limit
+of a request).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Flaky:
             time.sleep(3600)
         if mode == "exit":
             sys.exit(3)
+        if mode == "huge":
+            return {"t": dict.fromkeys(range(10_000), "x" * 200)}
         if mode == "garbage":
             return "not an assignment"
         result = range_assign(subscriptions, partitions)

@@ -224,7 +224,7 @@ def test_a_leader_killed_before_it_writes_is_replaced(run: ClassicRun) -> None:
     safe(run, "d", {"t"})
 
 
-@pytest.mark.parametrize("mode", ["hang", "exit"])
+@pytest.mark.parametrize("mode", ["hang", "exit", "huge"])
 def test_an_assignor_that_never_returns_or_exits_fails_the_leader_not_its_consumer(run: ClassicRun, mode: str) -> None:
     """The leader's assignor hangs (never returns) or raises SystemExit: the leader gives up at the join record's
     rebalance timeout (or at once) with ``classic.assignor_failed``, and its consumer goes on obeying commands -- else

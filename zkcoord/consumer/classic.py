@@ -40,6 +40,9 @@ from zkcoord.runtime.faults import fault_point
 
 log = logging.getLogger(__name__)
 
+#: the largest sync record a leader writes: ZooKeeper refuses a request past ``jute.maxbuffer`` (1 MB by default) by
+#: dropping the connection, so a bigger one would drop the leader's session's connection at every retry, forever
+MAX_SYNC_BYTES = 900_000
 #: how long a leader waits for its assignor when the join record does not say (the coordinator's default timeout)
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -150,6 +153,9 @@ class ClassicLeader:
             assignment, error = as_assignment(result), ""
         except AssignorError as e:
             assignment, error = {}, str(e)
+        size = len(SyncRecord(record.generation, self.c.consumer_id, record.strategy, assignment).encode())
+        if size > MAX_SYNC_BYTES:
+            assignment, error = {}, f"the assignment is {size} bytes encoded, past the {MAX_SYNC_BYTES} a znode takes"
         compute_ms = (time.perf_counter() - started) * 1000
         if error:
             log.warning("consumer %s: assignor %s failed: %s", self.c.consumer_id, record.strategy, error)
