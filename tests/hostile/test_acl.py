@@ -15,7 +15,7 @@ from tests.ledger import Ledger
 from zkcoord.admin.acl_setup import secure_tree
 from zkcoord.errors import AccessRefusedError, ConfigurationError
 from zkcoord.layout import paths
-from zkcoord.layout.acl import Credential
+from zkcoord.layout.acl import POLICY, AclPolicy, Credential
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient, ZkConfig
@@ -46,6 +46,18 @@ def clients(secured: str) -> Iterator[dict[str, ZkClient]]:
             "anon": ZkClient(base),
         }
         yield {name: stack.enter_context(client) for name, client in made.items()}
+
+
+def test_zk_secure_publishes_the_documented_policy_that_only_the_coordinator_may_change(
+    clients: dict[str, ZkClient],
+) -> None:
+    """``/config/acl`` (docs/zookeeper-layout.md; the layout's live-cluster test runs without ACLs, so it is here)."""
+    data, _ = clients["anon"].get(POLICY)
+    policy = AclPolicy.decode(data)
+    assert (policy.role_of(COORD), policy.role_of(MEMBER)) == ("coordinator", "member")
+    for who in ("anon", "a"):
+        with pytest.raises(AccessRefusedError):
+            clients[who].set(POLICY, data)
 
 
 def _group_with_a_command(c: dict[str, ZkClient]) -> str:
