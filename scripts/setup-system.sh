@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install the system packages zkcoord needs, if missing: a Java runtime, Apache ZooKeeper (Debian's `zookeeper`
-# package) and Python's venv module.  Idempotent: does nothing (and no apt-get update) when all are present.
+# package), Python's venv module, and a headless browser (Debian's `chromium`: a test loads the analysis report in it).
+# Idempotent: does nothing (and no apt-get update) when all are present.
 set -euo pipefail
 
 need=()
 command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || need+=(default-jre-headless)
 if [ -z "${ZOOKEEPER_HOME:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then need+=(zookeeper); fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from zkcoord.cli.common import echo_json
-from zkcoord.errors import ConfigurationError
+from zkcoord.errors import ConfigurationError, ZkCoordError
 from zkcoord.testbed.scenario.cluster import Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
 from zkcoord.testbed.scenario.nemesis import parse_seed, parse_seeds
@@ -186,11 +186,17 @@ def demo(
 
 def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunResult], Verdict]], as_json: bool) -> None:
     """Run every seed of ``seeds`` into ``base/seed-N``; print a summary line per seed as it ends and a total; write
-    ``base/seeds.json``.  Exits 1 if a safe run of any seed is not PASS."""
+    ``base/seeds.json``.  A seed whose run could not be carried out (a process that did not start in time, Spark
+    failing: a :class:`ZkCoordError`) is reported as ``ERROR`` with the reason and the next seed runs.  Exits 1 if a
+    safe run of any seed is not PASS, or a seed ended in an error."""
     lines: list[dict[str, Any]] = []
     for seed in seeds:
-        results, verdict = one(seed, base / f"seed-{seed}")
-        entry = seed_summary(seed, results, verdict)
+        try:
+            results, verdict = one(seed, base / f"seed-{seed}")
+        except ZkCoordError as e:
+            entry: dict[str, Any] = {"seed": seed, "runs": {}, "error": str(e), "line": f"seed {seed}: ERROR {e}"}
+        else:
+            entry = seed_summary(seed, results, verdict)
         lines.append(entry)
         if not as_json:
             click.echo(entry["line"])
@@ -231,9 +237,10 @@ def seeds_total(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """The total over the seeds' summaries: safe runs PASS, contrasts FAIL."""
     safe = [e["runs"]["safe"]["status"] for e in lines if "safe" in e["runs"]]
     unsafe = [e["runs"]["unsafe"]["status"] for e in lines if "unsafe" in e["runs"]]
-    parts = [f"total: {len(lines)} seeds"]
+    errors = sum("error" in e for e in lines)
+    parts = [f"total: {len(lines)} seeds" + (f" ({errors} ended in an error)" if errors else "")]
     if safe:
         parts.append(f"safe runs PASS {safe.count('PASS')}/{len(safe)}")
     if unsafe:
         parts.append(f"unfenced contrast FAIL {unsafe.count('FAIL')}/{len(unsafe)}")
-    return {"line": "; ".join(parts), "safe_failed": any(s != "PASS" for s in safe)}
+    return {"line": "; ".join(parts), "safe_failed": any(s != "PASS" for s in safe) or errors > 0}
