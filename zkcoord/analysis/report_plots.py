@@ -1,7 +1,7 @@
 """The report's interactive figures, drawn with plotly (zoom, pan, hover): the ownership timeline of a run with its
 overlaps marked, the same timeline zoomed to one violation, rebalance latencies, and consumption progress.
 
-Each function returns a ``plotly.graph_objects.Figure`` built from :class:`~zkcoord.analysis.report.ReportData`'s
+Each function returns a ``plotly.graph_objects.Figure`` built from :class:`~zkcoord.analysis.report_data.ReportData`'s
 rows (plain dictionaries); :mod:`zkcoord.analysis.report` writes them into one self-contained page.  Times are
 seconds since the run's first event.  Plain Python: any thread.
 """
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import plotly.graph_objects as go
 
+from zkcoord.analysis.report_data import ReportData
 from zkcoord.analysis.violations import Violation
-
-if TYPE_CHECKING:
-    from zkcoord.analysis.report import ReportData
 
 #: Partitions drawn in a run's ownership timeline (the Parquet table holds them all).
 MAX_LANES = 32
