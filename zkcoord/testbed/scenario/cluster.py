@@ -146,7 +146,9 @@ class RunCluster:
         proc = self._spawn(args, f"broker-{broker_id}-{self._next()}")
         with self._lock:
             self.brokers[broker_id] = proc
-        wait_until(lambda: self._registered(broker_id), 30, f"broker {broker_id} to register")
+        # A process start and its imports alone took over 30 s on a 2-core machine running other suites beside
+        # the demo: the deadline is for a broker that never registers, not a slow start.
+        wait_until(lambda: self._registered(broker_id), 90, f"broker {broker_id} to register")
         return proc
 
     def _registered(self, broker_id: int) -> bool:
