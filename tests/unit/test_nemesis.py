@@ -8,11 +8,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.cli import run_cli
 from zkcoord.errors import ConfigurationError
+from zkcoord.runtime.faults import _armed, arm, disarm
 from zkcoord.testbed.scenario.faults import FAULTS
 from zkcoord.testbed.scenario.nemesis import draw_schedule, parse_seed, parse_seeds, resource
 
@@ -84,3 +86,16 @@ def test_bad_seed_input_is_one_error_line(args: tuple[str, ...], tmp_path: os.Pa
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), out.stderr
     assert not list(os.scandir(tmp_path)), "a refused run must start nothing"
+
+
+def test_a_fault_point_armed_and_not_fired_can_be_withdrawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault whose wait timed out withdraws what it armed: the point no longer fires at a later hit (nobody would
+    be there to resume or restart the process); once it fired, there is nothing to withdraw."""
+    monkeypatch.setenv("ZKCOORD_FAULT_DIR", str(tmp_path))
+    arm(tmp_path, os.getpid(), "coordinator.before_start", "pause")
+    assert disarm(tmp_path, os.getpid()) is True
+    assert _armed("coordinator.before_start") is None, "a withdrawn point fired"
+    assert disarm(tmp_path, os.getpid()) is False
+    arm(tmp_path, os.getpid(), "coordinator.before_start", "pause")
+    assert _armed("coordinator.before_start") is not None  # it fires (the process acts on it)...
+    assert disarm(tmp_path, os.getpid()) is False  # ...and is gone

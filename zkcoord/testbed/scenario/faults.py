@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.runtime.faults import arm
+from zkcoord.runtime.faults import arm, disarm
 from zkcoord.runtime.journal import decode_line
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_INCOMPLETE, hard_bound
 from zkcoord.testbed.procs import ProcessError, wait_until
@@ -65,6 +65,7 @@ def coordinator_zombie(cluster: RunCluster, rng: random.Random, say: Say) -> str
         wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
         _settle(cluster)
     finally:  # a wait that timed out (another fault in the way) must not leave the broker stopped for good
+        disarm(cluster.fault_dir, proc.pid)  # nor armed, to stop itself later with nobody to resume it
         proc.signal(signal.SIGCONT)
     cluster.record_fault("coordinator-resume", f"broker-{broker}", "SIGCONT: the zombie wakes up")
     say(f"broker {broker} resumed as a zombie; new coordinator is broker {cluster.coordinator()}")
@@ -81,7 +82,11 @@ def coordinator_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     proc = cluster.brokers[broker]
     arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "kill", "coordinator.mid_handover")
     cluster.start_consumer(cluster.workload.wildcard_group)
-    wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
+    try:
+        wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
+    except ProcessError:
+        disarm(cluster.fault_dir, proc.pid)  # not to die later, with nobody to restart it
+        raise
     cluster.record_fault("coordinator-kill", f"broker-{broker}", "SIGKILL mid-rebalance")
     say(f"broker {broker} (coordinator) killed mid-rebalance")
     wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
@@ -188,7 +193,11 @@ def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say
     wait_until(lambda: _full_batch(cluster, victim.proc.pid), 40, "the slow member's application to fall behind")
     arm(cluster.fault_dir, victim.proc.pid, "consumer.after_revoke", "kill")
     joiner = cluster.start_consumer(group)  # an eager rebalance revokes everything from everyone
-    wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
+    try:
+        wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
+    except ProcessError:
+        disarm(cluster.fault_dir, victim.proc.pid)
+        raise
     cluster.record_fault(
         "consumer-kill-after-revoke", f"consumer-{victim.proc.pid}", f"SIGKILL after on_partitions_revoked in {group}"
     )
