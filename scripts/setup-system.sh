@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system packages zkcoord needs, if missing: a Java runtime, Apache ZooKeeper (Debian's `zookeeper`
-# package), Python's venv module and, as root, iproute2 and iptables for the multi-host scenario's hosts.  The Compose
-# deployment's engine is installed by scripts/compose.sh (`make compose-up`), not here.
+# package), Python's venv module, a headless browser (Debian's `chromium`: a test loads the analysis report in it) and,
+# as root, iproute2 and iptables for the multi-host scenario's hosts.  The Compose deployment's engine is installed by
+# scripts/compose.sh (`make compose-up`), not here.
 # Idempotent: does nothing (and no apt-get update) when all are present.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ need=()
 command -v java >/dev/null 2>&1 || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ] || need+=(default-jre-headless)
 if [ -z "${ZOOKEEPER_HOME:-}" ] && [ ! -f /usr/share/java/zookeeper.jar ]; then need+=(zookeeper); fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 # The multi-host scenario's hosts (tests/integration/test_multihost.py): network namespaces, veths, iptables DROP.
 if [ "$(id -u)" -eq 0 ]; then
   command -v ip >/dev/null 2>&1 || need+=(iproute2)

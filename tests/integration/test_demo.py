@@ -14,6 +14,7 @@ import pytest
 from tests.cli import run_cli
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.nemesis import draw_schedule
 from zkcoord.testbed.scenario.runner import SCENARIOS
 from zkcoord.testbed.scenario.strategy import STRATEGY_STEPS
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
@@ -159,3 +160,31 @@ def test_kip848_migration_scenario_rolls_the_group_onto_the_consumer_protocol_th
     [kill] = [i for i, e in enumerate(billing) if e.fields.get("fault") == "point:kill"]
     assert billing[kill].fields["detail"] == "coordinator.mid_reconcile" and kill > switch
     assert any(e.event == "kip848.resumed" for e in billing[kill:]), "no successor carried the group on"
+
+
+def test_the_random_nemesis_runs_two_faults_at_once_and_the_safe_run_keeps_every_property(tmp_path: Path) -> None:
+    """Seed 10's schedule at 20 s: a consumer killed and, 2.3 s later, while its group rebalances without it, the
+    coordinator paused between its stop and start phases past its session (the issue's "coordinator pause during a
+    consumer kill").  ``--seeds`` prints a line for the seed and a total; the schedule is in the run directory."""
+    base = tmp_path / "random"
+    out = run_cli(
+        "demo", "--nemesis", "random", "--seeds", "10..10", "--no-contrast", "--duration", "20",
+        "--run-dir", str(base), timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    line, total = out.stdout.strip().splitlines()
+    assert line.startswith("seed 10: safe PASS; 2 faults, 1/1 two-at-once steps overlapped; no problems"), line
+    assert total == "total: 1 seeds; safe runs PASS 1/1"
+    ran = json.loads((base / "seed-10" / "safe" / "nemesis.json").read_text())
+    assert ran["schedule"] == draw_schedule(10, 20).to_json()
+    kill, zombie = ran["ran"]
+    assert (kill["kind"], zombie["kind"]) == ("consumer-kill", "coordinator-zombie")
+    assert kill["error"] is None and zombie["error"] is None, ran["ran"]
+    assert kill["started_s"] < zombie["started_s"] < kill["ended_s"], "the two faults did not overlap"
+    faults = [
+        e.fields["fault"] for e in read_journal(base / "seed-10" / "safe" / "journal") if e.event == "fault.injected"
+    ]
+    assert {"consumer-kill", "coordinator-pause", "coordinator-resume"} <= set(faults), faults
+    verdict = json.loads((base / "seed-10" / "analysis" / "verdict.json").read_text())
+    (safe,) = verdict["runs"]
+    assert safe["status"] == "PASS" and all(p["count"] == 0 for p in safe["properties"].values()), safe

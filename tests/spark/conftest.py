@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import processed_runs
+from tests.spark.journals import clean_run, damaged_run, finish, processed_runs, violations_run
 from zkcoord.analysis import Verdict, run_analysis
 from zkcoord.analysis.errors import SparkUnavailableError
 from zkcoord.analysis.session import get_spark
@@ -35,3 +35,16 @@ def processed_runs_verdict(spark: SparkSession, tmp_path_factory: pytest.TempPat
     directory and the verdict."""
     base = tmp_path_factory.mktemp("processed")
     return base, run_analysis(processed_runs(base), base / "out", report=False)
+
+
+@pytest.fixture(scope="session")
+def analysed_runs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Verdict]:
+    """One analysis, report included, of three crafted runs side by side: ``clean``, ``violations`` (one of each
+    violation: the unsafe contrast in miniature) and ``damaged`` (given as its journal directory).  Their base
+    directory (the analysis is in ``out``) and the verdict; shared by test_analysis, the reader agreement and the
+    browser test."""
+    base = tmp_path_factory.mktemp("runs")
+    finish(clean_run(base / "clean"))
+    violations_run(base / "violations")
+    damaged_run(base / "damaged")
+    return base, run_analysis([base / "clean", base / "violations", base / "damaged" / "journal"], base / "out")

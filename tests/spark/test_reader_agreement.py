@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import PROCESSED_EXPECTED, clean_run, finish
+from tests.spark.journals import PROCESSED_EXPECTED, A, B, C, clean_run, finish
 from zkcoord.analysis import Verdict
 from zkcoord.analysis.load import classify
 from zkcoord.bench.analyze_python import python_analysis
@@ -168,3 +168,28 @@ def test_both_verdicts_agree_on_runs_with_processed_records(processed_runs_verdi
         assert spark_run.property("S3").details["examples"] == ref.missing, name
         risk = spark_run.property("S3-risk").details
         assert (risk["examples"], risk["commits_judged"]) == (ref.at_risk, ref.commits_judged), name
+
+
+def test_both_readers_name_the_same_violations_in_the_same_detail(analysed_runs: tuple[Path, Verdict]) -> None:
+    """Each violation the report lists comes from the verdict's examples; the reference reader finds the same rows:
+    S1's deposed writes (broker process, command, its epoch against the elected one, generation), S2's overlapping
+    pairs (the interval of each side, its generation and the start-fetcher that granted it) and deliveries outside
+    ownership, and S5's stale commands (name, epoch and generation against those already applied)."""
+    base, verdict = analysed_runs
+    for name in ("clean", "violations"):
+        ref = python_analysis(base / name / "journal")
+        run = verdict.run(name)
+        s1, s2, s5 = (run.property(k).details for k in ("S1", "S2", "S5"))
+        assert s1["examples"] == ref.deposed, name
+        assert s2["examples"] == ref.overlaps, name
+        assert s2["outside_examples"] == ref.outside, name
+        assert s5["examples"] == ref.stale, name
+    bad = verdict.run("violations")
+    [pair] = bad.property("S2").details["examples"]
+    # A was given t-0 by generation 2's start (epoch 1) and C fetched it at 1580 without one: the grant is null
+    assert (pair["consumer_a"], pair["consumer_b"], pair["command_a"], pair["epoch_a"]) == (A, C, "cmd-1-2", 1)
+    assert (pair["start_b"], pair["command_b"], pair["epoch_b"]) == (1580, None, None)
+    assert [(s["consumer"], s["name"], s["seen_epoch"]) for s in bad.property("S5").details["examples"]] == [
+        (A, "cmd-1-2", 2),
+        (B, "cmd-1-3", 1),
+    ]

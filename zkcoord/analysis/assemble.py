@@ -66,7 +66,7 @@ def examples(df: DataFrame, name: str, order: Sequence[str], columns: Sequence[s
             "run",
             F.lit(f"example:{name}").alias("metric"),
             F.col("_n").cast("double").alias("value"),
-            F.to_json(F.struct(*columns)).alias("text"),
+            F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).alias("text"),
         )
     )
 
@@ -107,6 +107,7 @@ def run_verdicts(
         metrics(t.intervals, intervals=n),
         metrics(t.missing, missing=F.sum("count"), missing_ranges=n),
         metrics(t.duplicates, dups=F.sum("count"), after_crash=F.sum(F.when(F.col("after_crash"), F.col("count")))),
+        metrics(t.duplicates.where(~F.col("after_crash")), clean_ranges=n),
         # offsets at risk are counted once per partition, however many consumers committed them unprocessed
         metrics(merge_ranges(t.unprocessed, PARTITION_KEYS), at_risk=F.sum(length())),
         metrics(t.unprocessed, at_risk_ranges=n, at_risk_consumers=F.count_distinct("group", "consumer")),
@@ -150,9 +151,21 @@ def run_verdicts(
         examples(
             t.overlaps,
             "overlaps",
-            ["group", "topic", "partition", "start_a"],
+            ["group", "topic", "partition", "start_a", "consumer_a", "consumer_b"],
             ["group", "topic", "partition", "consumer_a", "start_a", "end_a", "consumer_b", "start_b", "end_b",
-             "overlap_ms"],
+             "overlap_ms", "generation_a", "generation_b", "command_a", "epoch_a", "command_b", "epoch_b"],
+        ),
+        examples(
+            t.outside, "outside", ["ts", "group", "consumer", "topic", "partition", "first"],
+            ["group", "topic", "partition", "consumer", "ts", "first", "last"],
+        ),
+        examples(
+            t.duplicates.where(~F.col("after_crash")), "duplicates", ["group", "topic", "partition", "first"],
+            ["group", "topic", "partition", "first", "last", "count", "judged_on"],
+        ),
+        examples(
+            t.deposed, "deposed", ["ts", "group", "consumer"],
+            ["ts", "role", "pid", "group", "consumer", "option", "epoch", "elected_epoch", "generation"],
         ),
         examples(
             t.missing, "missing", ["group", "topic", "partition", "first"],
@@ -164,8 +177,9 @@ def run_verdicts(
             ["group", "consumer", "topic", "partition", "first", "last", "count"],
         ),
         examples(
-            t.stale, "stale", ["applied_ts"],
-            ["group", "consumer", "option", "epoch", "generation", "applied_ts", "why"],
+            t.stale, "stale", ["applied_ts", "group", "consumer"],
+            ["group", "consumer", "name", "option", "epoch", "generation", "seen_epoch", "seen_generation",
+             "applied_ts", "why"],
         ),
     ]  # fmt: skip
     numbers, shown = _collect(parts)
@@ -198,12 +212,14 @@ def _judge(
             "epoch_regressions": n("regressions"),
             "elections": n("elections"),
             "max_epoch": n("max_epoch") if m.get("max_epoch") is not None else None,
+            "examples": shown.get("deposed", []),
         }),
         PropertyResult("S2", PROPERTIES["S2"], n("overlaps") + n("outside"), {
             "overlapping_pairs": n("overlaps"),
             "deliveries_outside_ownership": n("outside"),
             "intervals": n("intervals"),
             "examples": shown.get("overlaps", []),
+            "outside_examples": shown.get("outside", []),
         }),
         PropertyResult("S3", PROPERTIES["S3"], n("missing"), {
             "judged_on": judged_on,
@@ -230,6 +246,8 @@ def _judge(
             "duplicate_offsets": n("dups"),
             "after_crash": n("after_crash"),
             "clean": n("dups") - n("after_crash"),
+            "clean_ranges": n("clean_ranges"),
+            "examples": shown.get("duplicates", []),
             "duplicate_deliveries": n("duplicate_deliveries"),
             "delivered": n("delivered"),
         }),

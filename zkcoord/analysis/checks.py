@@ -46,7 +46,9 @@ def asof_max(rows: DataFrame, markers: DataFrame, keys: Sequence[str], value: st
 
 def deposed_writes(events: DataFrame) -> DataFrame:
     """``command.sent`` with an epoch below the highest epoch elected before it: a deposed coordinator wrote."""
-    sent = of(events, "command.sent").select("run", "ts", "group", "consumer", "option", "epoch", "generation")
+    sent = of(events, "command.sent").select(
+        "run", "ts", "role", "pid", "group", "consumer", "option", "epoch", "generation"
+    )
     elected = of(events, "coordinator.elected").select("run", "ts", "epoch")
     return asof_max(sent, elected, ["run"], "epoch", "elected_epoch").where(F.col("epoch") < F.col("elected_epoch"))
 
@@ -78,12 +80,45 @@ def overlaps(intervals: DataFrame) -> DataFrame:
         F.col("a.thread").alias("thread_a"),
         F.col("a.start_ts").alias("start_a"),
         F.col("a.end_ts").alias("end_a"),
+        F.col("a.generation").alias("generation_a"),
         F.col("b.consumer").alias("consumer_b"),
         F.col("b.thread").alias("thread_b"),
         F.col("b.start_ts").alias("start_b"),
         F.col("b.end_ts").alias("end_b"),
+        F.col("b.generation").alias("generation_b"),
         (F.least("a.end_ts", "b.end_ts") - F.greatest("a.start_ts", "b.start_ts")).alias("overlap_ms"),
     )
+
+
+def with_grants(overlaps: DataFrame, events: DataFrame) -> DataFrame:
+    """Add to each overlapping pair what put each side in possession: ``command_x, epoch_x`` (x = a, b), the name
+    and coordinator epoch of the last ``start-fetcher`` its consumer applied in the group at or before its interval
+    began (null: none journalled).  Overlaps are few: a join per side, grouped back to one row per pair."""
+    starts = of(events, "command.applied").where(F.col("option") == "start-fetcher")
+    out = overlaps
+    keys = out.columns
+    for side in ("a", "b"):
+        grants = starts.select(
+            F.col("run").alias("_run"),
+            F.col("group").alias("_group"),
+            F.col("consumer").alias("_consumer"),
+            F.col("ts").alias("_ts"),
+            F.struct("name", "epoch").alias("_cmd"),
+        )
+        cond = (
+            (F.col("run") == F.col("_run"))
+            & (F.col("group") == F.col("_group"))
+            & (F.col(f"consumer_{side}") == F.col("_consumer"))
+            & (F.col("_ts") <= F.col(f"start_{side}"))
+        )
+        latest = F.max_by("_cmd", "_ts")
+        out = (
+            out.join(grants, cond, "left")
+            .groupBy(*keys)
+            .agg(latest.getField("name").alias(f"command_{side}"), latest.getField("epoch").alias(f"epoch_{side}"))
+        )
+        keys = out.columns
+    return out
 
 
 def outside_ownership(consumed: DataFrame, intervals: DataFrame) -> DataFrame:

@@ -277,7 +277,7 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         "committed_unprocessed": unprocessed,
         "commands": tables.commands(other, stale),
         "faults": tables.faults(other),
-        "overlaps": checks.overlaps(intervals),
+        "overlaps": checks.with_grants(checks.overlaps(intervals), other),
         "stale_applied": stale,
         "deposed_writes": checks.deposed_writes(other),
         "progress": tables.progress(produced, consumed, bounds),
@@ -318,5 +318,6 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         "rebalances": disk["rebalances"],
         "faults": disk["faults"],
         "progress": disk["progress"],
+        "commands": disk["commands"],
     }
     return verdicts, ReportData.collect(frames, i.first_ts)

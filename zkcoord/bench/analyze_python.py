@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,16 +105,20 @@ class Journal:
     """One run's events, sorted into what the verdict needs."""
 
     by: dict[str, list[tuple[int, dict[str, Any]]]]
-    fetch: dict[Key, list[tuple[int, int, int, str, Any]]]
+    fetch: dict[Key, list[tuple[int, int, int, str, Any, Any]]]  # ts, pid, seq, ev, at_ms, generation
     consumed: dict[Key, list[Delivery]]  # (group, topic, partition) -> (ts, first, last, consumer)
     processed: dict[Key, list[Delivery]]  # the same, of records.processed
     produced: dict[Key, list[tuple[int, int]]]
     seen: dict[tuple[str, str], int]
     applied: list[tuple[int, int, int, dict[str, Any]]]
+    #: command.sent: (ts, role, pid, fields), for the rows of S1
+    sent: list[tuple[int, str, int, dict[str, Any]]]
 
 
 def _read(journal: Path) -> Journal:
-    j = Journal(defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [])
+    j = Journal(
+        defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [], []
+    )
     for e in read_journal(journal):
         f, ev, ts = e.fields, e.event, e.ts_ms
         if ev in _RANGES and not _usable_range(f):
@@ -134,12 +138,14 @@ def _read(journal: Path) -> Journal:
                 into[(f["group"], f["topic"], f["partition"])].append((ts, f["first"], f["last"], f["consumer"]))
         elif ev in ("fetch.started", "fetch.stopped"):
             j.fetch[(f["group"], f["consumer"], f["topic"], f["partition"])].append(
-                (ts, e.pid, e.seq, ev, f.get("at_ms"))
+                (ts, e.pid, e.seq, ev, f.get("at_ms"), f.get("generation"))
             )
         else:
             j.by[ev].append((ts, f))
             if ev == "command.applied":
                 j.applied.append((ts, e.pid, e.seq, f))
+            elif ev == "command.sent":
+                j.sent.append((ts, e.role, e.pid, f))
     return j
 
 
@@ -170,16 +176,30 @@ def _s1(j: Journal, elected: list[tuple[int, int]]) -> int:
     for _ts, f in sorted(j.by["coordinator.elected"], key=lambda x: (x[0], x[1]["epoch"])):
         regressions += top is not None and f["epoch"] <= top
         top = f["epoch"] if top is None else max(top, f["epoch"])
-    return regressions + sum(
-        1 for ts, f in j.by["command.sent"] if (m := _asof(elected, ts)) is not None and f["epoch"] < m
-    )
+    return regressions + len(_deposed(j, elected))
 
 
-def _s2(j: Journal) -> int:
-    intervals: dict[Key, list[tuple[int, int, str]]] = defaultdict(list)
+def _deposed(j: Journal, elected: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """S1's deposed writes: ``command.sent`` with an epoch below the highest elected before it, as rows of the Spark
+    verdict's examples (sorted as they are)."""
+    rows = [
+        {"ts": ts, "role": role, "pid": pid, "group": f["group"], "consumer": f["consumer"], "option": f["option"],
+         "epoch": f["epoch"], "elected_epoch": m, "generation": f["generation"]}
+        for ts, role, pid, f in j.sent
+        if (m := _asof(elected, ts)) is not None and f["epoch"] < m
+    ]  # fmt: skip
+    return sorted(rows, key=lambda r: (r["ts"], r["group"], r["consumer"]))
+
+
+Interval = tuple[int, int, str, Any]  # start, end, consumer, generation
+
+
+def _intervals(j: Journal) -> dict[Key, list[Interval]]:
+    """Ownership intervals per ``(group, topic, partition)``, sorted, as :func:`zkcoord.analysis.tables.ownership`."""
+    intervals: dict[Key, list[Interval]] = defaultdict(list)
     for (group, consumer, topic, partition), evs in j.fetch.items():
         evs.sort(key=lambda x: (x[0], x[1], x[2]))
-        for k, (ts, _pid, _seq, ev, _at) in enumerate(evs):
+        for k, (ts, _pid, _seq, ev, _at, generation) in enumerate(evs):
             if ev != "fetch.started":
                 continue
             nxt = evs[k + 1] if k + 1 < len(evs) else None
@@ -187,26 +207,67 @@ def _s2(j: Journal) -> int:
                 end = max(j.seen.get((group, consumer), ts), ts)
             else:
                 end = int(nxt[4]) if nxt[3] == "fetch.stopped" and nxt[4] is not None else nxt[0]
-            intervals[(group, topic, partition)].append((ts, end, consumer))
-    overlaps = 0
+            intervals[(group, topic, partition)].append((ts, end, consumer, generation))
+    for spans in intervals.values():
+        spans.sort(key=lambda x: x[:3])
+    return intervals
+
+
+def _s2(j: Journal) -> int:
+    overlaps, outside = _s2_rows(j)
+    return len(overlaps) + len(outside)
+
+
+def _s2_rows(j: Journal) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """S2's overlapping pairs (with the start-fetcher that put each side in possession) and deliveries outside
+    ownership, as rows of the Spark verdict's examples (sorted as they are)."""
+    overlaps: list[dict[str, Any]] = []
     own: dict[Key, list[tuple[int, int]]] = defaultdict(list)
-    for (group, topic, partition), spans in intervals.items():
-        spans.sort()
-        for i, (s1, e1, c1) in enumerate(spans):
+    for (group, topic, partition), spans in _intervals(j).items():
+        for i, (s1, e1, c1, g1) in enumerate(spans):
             own[(group, c1, topic, partition)].append((s1, e1))
-            for s2, e2, c2 in spans[i + 1 :]:
+            for s2, e2, c2, g2 in spans[i + 1 :]:
                 if s2 >= e1:
                     break
-                overlaps += c1 != c2 and s1 < e2
-    outside = 0
+                if c1 != c2 and s1 < e2:
+                    sides: list[Side] = [(c1, s1, e1, g1), (c2, s2, e2, g2)]
+                    a, b = sorted(sides)
+                    overlaps.append(_pair(j, (group, topic, partition), a, b))
+    outside: list[dict[str, Any]] = []
     for mine in own.values():
         mine.sort()
     for (group, topic, partition), deliveries in j.consumed.items():
-        for ts, _first, _last, consumer in deliveries:
+        for ts, first, last, consumer in deliveries:
             mine = own.get((group, consumer, topic, partition), [])
             k = bisect.bisect_right(mine, (ts, 1 << 62)) - 1  # one consumer's intervals of a partition are disjoint
-            outside += k < 0 or ts > mine[k][1]
-    return overlaps + outside
+            if k < 0 or ts > mine[k][1]:
+                outside.append({"group": group, "topic": topic, "partition": partition, "consumer": consumer,
+                                "ts": ts, "first": first, "last": last})  # fmt: skip
+    overlaps.sort(
+        key=lambda r: (r["group"], r["topic"], r["partition"], r["start_a"], r["consumer_a"], r["consumer_b"])
+    )
+    outside.sort(key=lambda r: (r["ts"], r["group"], r["consumer"], r["topic"], r["partition"], r["first"]))
+    return overlaps, outside
+
+
+Side = tuple[str, int, int, Any]  # consumer, start, end, generation
+
+
+def _pair(j: Journal, where: Key, a: Side, b: Side) -> dict[str, Any]:
+    group, topic, partition = where
+    row: dict[str, Any] = {"group": group, "topic": topic, "partition": partition}
+    for side, (consumer, start, end, _generation) in (("a", a), ("b", b)):
+        row |= {f"consumer_{side}": consumer, f"start_{side}": start, f"end_{side}": end}
+    row["overlap_ms"] = min(a[2], b[2]) - max(a[1], b[1])
+    row |= {"generation_a": a[3], "generation_b": b[3]}
+    for side, (consumer, start, _end, _generation) in (("a", a), ("b", b)):
+        grants = [
+            (ts, f) for ts, _pid, _seq, f in j.applied
+            if f["group"] == group and f["consumer"] == consumer and f["option"] == "start-fetcher" and ts <= start
+        ]  # fmt: skip
+        last = max(grants, key=lambda x: x[0])[1] if grants else {}
+        row |= {f"command_{side}": last.get("name"), f"epoch_{side}": last.get("epoch")}
+    return row
 
 
 def _missing(j: Journal, merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> list[Key]:
@@ -319,17 +380,34 @@ def _at_risk(j: Journal, processing: set[str]) -> tuple[list[dict[str, Any]], in
 
 
 def _s5(j: Journal) -> int:
-    """Applied commands older (epoch or generation) than one the same consumer had applied before."""
+    return len(_stale(j))
+
+
+def _stale(j: Journal) -> list[dict[str, Any]]:
+    """S5: applied commands older (epoch or generation) than one the same consumer had applied before, as rows of
+    the Spark verdict's examples (sorted as they are)."""
     top: dict[tuple[str, str], tuple[int, int]] = {}
-    stale = 0
-    for _ts, _pid, _seq, f in sorted(j.applied, key=lambda x: x[:3]):
+    rows = []
+    for ts, _pid, _seq, f in sorted(j.applied, key=lambda x: x[:3]):
         key = (f["group"], f["consumer"])
         if key in top:
-            stale += f["epoch"] < top[key][0] or f["generation"] < top[key][1]
-            top[key] = (max(top[key][0], f["epoch"]), max(top[key][1], f["generation"]))
+            seen_epoch, seen_generation = top[key]
+            why = [
+                f"{name} {value} < already applied {seen}"
+                for name, value, seen in (
+                    ("epoch", f["epoch"], seen_epoch),
+                    ("generation", f["generation"], seen_generation),
+                )
+                if value < seen
+            ]
+            if why:
+                rows.append({"group": f["group"], "consumer": f["consumer"], "name": f["name"], "option": f["option"],
+                             "epoch": f["epoch"], "generation": f["generation"], "seen_epoch": seen_epoch,
+                             "seen_generation": seen_generation, "applied_ts": ts, "why": "; ".join(why)})  # fmt: skip
+            top[key] = (max(seen_epoch, f["epoch"]), max(seen_generation, f["generation"]))
         else:
             top[key] = (f["epoch"], f["generation"])
-    return stale
+    return sorted(rows, key=lambda r: (r["applied_ts"], r["group"], r["consumer"]))
 
 
 def python_verdict(journal: Path) -> dict[str, int]:
@@ -350,6 +428,13 @@ class PythonAnalysis:
     processing: frozenset[str]
     at_risk: list[dict[str, Any]]
     commits_judged: int
+    #: the rows behind S1 (deposed writes), S2 (overlapping pairs; deliveries outside ownership) and S5 (stale
+    #: commands applied), in the Spark verdict's example form: ``details["examples"]`` of S1, S2, S5 and
+    #: ``details["outside_examples"]`` of S2 hold their first ten
+    deposed: list[dict[str, Any]] = field(default_factory=list)
+    overlaps: list[dict[str, Any]] = field(default_factory=list)
+    outside: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)
 
 
 def python_analysis(journal: Path) -> PythonAnalysis:
@@ -364,12 +449,17 @@ def python_analysis(journal: Path) -> PythonAnalysis:
         for g, t, p, a, b in _missing(j, merged)
     ]  # fmt: skip
     at_risk, risked, judged_commits = _at_risk(j, processing)
+    overlaps, outside = _s2_rows(j)
+    stale = _stale(j)
     counts = {
         "S1": _s1(j, elected),
-        "S2": _s2(j),
+        "S2": len(overlaps) + len(outside),
         "S3": sum(m["count"] for m in missing),
         "S3-risk": risked,
         "S4": _s4(j, ranges, processing, merged),
-        "S5": _s5(j),
+        "S5": len(stale),
     }
-    return PythonAnalysis(counts, missing, frozenset(processing), at_risk, judged_commits)
+    return PythonAnalysis(
+        counts, missing, frozenset(processing), at_risk, judged_commits,
+        deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale,
+    )  # fmt: skip

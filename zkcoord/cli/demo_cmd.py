@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from zkcoord.cli.common import echo_json
+from zkcoord.errors import ConfigurationError, ZkCoordError
 from zkcoord.testbed.scenario.cluster import Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
-from zkcoord.testbed.scenario.runner import SCENARIOS, RunConfig, RunResult, run_scenario
+from zkcoord.testbed.scenario.nemesis import parse_seed, parse_seeds
+from zkcoord.testbed.scenario.runner import NEMESES, SCENARIOS, RunConfig, RunResult, run_scenario
 from zkcoord.testbed.scenario.strategy import STRATEGY_STEPS
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
+
+if TYPE_CHECKING:
+    from zkcoord.analysis import Verdict
 
 
 def _list() -> None:
@@ -43,7 +51,23 @@ def _list() -> None:
     show_default=True,
     help="Seconds of producing while faults are injected (per run).",
 )
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the fault order.")
+@click.option(
+    "--nemesis",
+    type=click.Choice(NEMESES),
+    default="fixed",
+    show_default=True,
+    help="fixed: the scenario's faults one at a time; random: a schedule drawn from the seed over every fault kind, "
+    "with random timing and two faults at once in some steps (written to <run>/nemesis.json).",
+)
+@click.option("--seed", "seed_text", default=None, metavar="N", help="Seed of the fault order or schedule [1].")
+@click.option(
+    "--seeds",
+    "seeds_text",
+    default=None,
+    metavar="A..B",
+    help="Run every seed from A to B (inclusive), each in <run-dir>/seed-N with its own verdict; print one summary "
+    "line per seed and a total.  Exits 1 if a safe run of any seed breaks a property.",
+)
 @click.option("--ensemble", is_flag=True, help="Run a 3-server ZooKeeper ensemble (its leader is killed).")
 @click.option("--zk", default=None, metavar="HOST:PORT[/chroot]", help="Use an existing ZooKeeper.")
 @click.option(
@@ -74,7 +98,9 @@ def _list() -> None:
 def demo(
     scenario: str,
     duration: float,
-    seed: int,
+    nemesis: str,
+    seed_text: str | None,
+    seeds_text: str | None,
     ensemble: bool,
     zk: str | None,
     run_dir: Path | None,
@@ -96,31 +122,47 @@ def demo(
     if list_only:
         _list()
         return
+    if seed_text is not None and seeds_text is not None:
+        raise ConfigurationError("give --seed N or --seeds A..B, not both")
+    seeds = parse_seeds(seeds_text) if seeds_text is not None else None
+    seed = parse_seed(seed_text) if seed_text is not None else 1
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     base = run_dir or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     variants = [True] if unsafe else ([False, True] if contrast else [False])
     workload = Workload(session_timeout_s=session_timeout, rate=rate, rebalance=rebalance)
-    results: list[RunResult] = []
-    for unsafe_variant in variants:
-        label = "unsafe" if unsafe_variant else "safe"
-        config = RunConfig(
-            run_dir=base / label,
-            scenario=scenario,
-            duration_s=duration,
-            seed=seed,
-            ensemble=ensemble,
-            zk=zk,
-            unsafe=unsafe_variant,
-            workload=workload,
-        )
-        results.append(run_scenario(config, say=lambda line: click.echo(line, err=True)))
-    click.echo("computing the verdict from the journals (Spark)...", err=True)
-    # Imported here: PySpark takes a second to import, which no other command should pay for.
-    from zkcoord.analysis import run_analysis  # noqa: PLC0415
 
-    verdict = run_analysis(
-        [r.run_dir for r in results], base / "analysis", master=master, progress=lambda line: click.echo(line, err=True)
-    )
+    def one(seed: int, into: Path) -> tuple[list[RunResult], Verdict]:
+        results: list[RunResult] = []
+        for unsafe_variant in variants:
+            label = "unsafe" if unsafe_variant else "safe"
+            config = RunConfig(
+                run_dir=into / label,
+                scenario=scenario,
+                duration_s=duration,
+                seed=seed,
+                ensemble=ensemble,
+                zk=zk,
+                unsafe=unsafe_variant,
+                workload=workload,
+                nemesis=nemesis,
+            )
+            results.append(run_scenario(config, say=lambda line: click.echo(line, err=True)))
+        click.echo("computing the verdict from the journals (Spark)...", err=True)
+        # Imported here: PySpark takes a second to import, which no other command should pay for.
+        from zkcoord.analysis import run_analysis  # noqa: PLC0415
+
+        verdict = run_analysis(
+            [r.run_dir for r in results],
+            into / "analysis",
+            master=master,
+            progress=lambda line: click.echo(line, err=True),
+        )
+        return results, verdict
+
+    if seeds is not None:
+        _many(seeds, base, one, as_json)
+        return
+    results, verdict = one(seed, base)
     if as_json:
         echo_json({"runs": [r.to_json() for r in results], "verdict": verdict.to_dict()})
     else:
@@ -144,3 +186,65 @@ def demo(
         click.echo("note: the unsafe contrast broke no property this time (try another --seed)", err=True)
     if safe_failed or (unsafe and not all(contrast_failed)):
         raise SystemExit(1)
+
+
+def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunResult], Verdict]], as_json: bool) -> None:
+    """Run every seed of ``seeds`` into ``base/seed-N``; print a summary line per seed as it ends and a total; write
+    ``base/seeds.json``.  A seed whose run could not be carried out (a process that did not start in time, Spark
+    failing: a :class:`ZkCoordError`) is reported as ``ERROR`` with the reason and the next seed runs.  Exits 1 if a
+    safe run of any seed is not PASS, or a seed ended in an error."""
+    lines: list[dict[str, Any]] = []
+    for seed in seeds:
+        try:
+            results, verdict = one(seed, base / f"seed-{seed}")
+        except ZkCoordError as e:
+            entry: dict[str, Any] = {"seed": seed, "runs": {}, "error": str(e), "line": f"seed {seed}: ERROR {e}"}
+        else:
+            entry = seed_summary(seed, results, verdict)
+        lines.append(entry)
+        if not as_json:
+            click.echo(entry["line"])
+        (base / "seeds.json").write_text(json.dumps(lines, indent=2))
+    total = seeds_total(lines)
+    if as_json:
+        echo_json({"seeds": lines, "total": total["line"]})
+    else:
+        click.echo(total["line"])
+    if total["safe_failed"]:
+        raise SystemExit(1)
+
+
+def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[str, Any]:
+    """One seed's runs in one line: each run's status and its broken properties, the faults, the problems."""
+    parts = []
+    entry: dict[str, Any] = {"seed": seed, "runs": {}}
+    for r in results:
+        run = verdict.run(r.run_dir.name)
+        broken = {p.key: p.count for p in run.properties if not p.ok}
+        entry["runs"][run.run] = {"status": run.status, "broken": broken, "problems": r.problems, **r.nemesis}
+        shown = f" ({', '.join(f'{k} {n}' for k, n in broken.items())})" if broken else ""
+        parts.append(f"{run.run} {run.status}{shown}")
+    first = results[0]
+    if first.nemesis:
+        n = first.nemesis
+        parts.append(f"{n['faults']} faults, {n['overlapped']}/{n['overlapping']} two-at-once steps overlapped")
+    else:
+        parts.append(f"{sum(v for k, v in first.faults.items() if not k.startswith('point:'))} fault events")
+    problems = sum(len(r.problems) for r in results)
+    parts.append(f"{problems} problems" if problems else "no problems")
+    parts.append(f"{sum(r.seconds for r in results):.0f}s")
+    entry["line"] = f"seed {seed}: " + "; ".join(parts)
+    return entry
+
+
+def seeds_total(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """The total over the seeds' summaries: safe runs PASS, contrasts FAIL."""
+    safe = [e["runs"]["safe"]["status"] for e in lines if "safe" in e["runs"]]
+    unsafe = [e["runs"]["unsafe"]["status"] for e in lines if "unsafe" in e["runs"]]
+    errors = sum("error" in e for e in lines)
+    parts = [f"total: {len(lines)} seeds" + (f" ({errors} ended in an error)" if errors else "")]
+    if safe:
+        parts.append(f"safe runs PASS {safe.count('PASS')}/{len(safe)}")
+    if unsafe:
+        parts.append(f"unfenced contrast FAIL {unsafe.count('FAIL')}/{len(unsafe)}")
+    return {"line": "; ".join(parts), "safe_failed": any(s != "PASS" for s in safe) or errors > 0}

@@ -107,6 +107,17 @@ def arm(directory: Path, pid: int, point: str, action: str, *more: str) -> None:
     tmp.replace(directory / f"{pid}.arm")  # atomic: the process never reads half a spec
 
 
+def disarm(directory: Path, pid: int) -> bool:
+    """Withdraw what :func:`arm` armed in ``pid`` if it has not fired yet; return whether it was still armed (False:
+    it fired, or is firing now, or nothing was armed).  For a scenario whose wait for the fault timed out: an armed
+    point left behind would fire at some later hit, with nobody there to resume the process or restart it."""
+    try:
+        (directory / f"{pid}.arm").unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _armed(point: str) -> FaultSpec | None:
     directory = os.environ.get(DIR_ENV)
     if not directory:

@@ -2,7 +2,10 @@
 
 :class:`RunCluster` owns the processes of a run and the handles a fault needs (which broker coordinates, which
 consumers belong to which group, the TCP proxy one consumer talks through).  It is used from the scenario runner's
-single thread.
+thread and, under the random nemesis, from two fault threads at once (:mod:`~zkcoord.testbed.scenario.nemesis`): the
+methods that start processes or change the membership hold one lock, the rest only read (a ZooKeeper client is
+thread-safe), and :attr:`RunCluster.away` names the consumers a fault took away on purpose (paused, cut off), so that
+another fault's "stable" waits for the group without them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +93,10 @@ class RunCluster:
     zk_server: ZkServer | None = None
     zk_ensemble: ZkEnsemble | None = None
     connect: str = ""
+    #: pids of consumers a fault has taken away on purpose (SIGSTOPped, cut off): alive, but not group members
+    away: set[int] = field(default_factory=set)
     _serial: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.journal_dir = self.run_dir / "journal"
@@ -129,8 +136,9 @@ class RunCluster:
 
     def _spawn(self, args: list[str], name: str) -> ChildProcess:
         proc = ChildProcess(args, self.logs / f"{name}.log", env={"ZKCOORD_FAULT_DIR": str(self.fault_dir)})
-        proc.start()
-        self.stack.callback(proc.terminate)
+        with self._lock:  # two fault threads may start processes at once: one ExitStack
+            proc.start()
+            self.stack.callback(proc.terminate)
         return proc
 
     def start_broker(self, broker_id: int) -> ChildProcess:
@@ -138,16 +146,23 @@ class RunCluster:
         if self.unsafe:
             args.append("--unsafe")
         proc = self._spawn(args, f"broker-{broker_id}-{self._next()}")
-        self.brokers[broker_id] = proc
-        wait_until(lambda: self._registered(broker_id), 30, f"broker {broker_id} to register")
+        with self._lock:
+            self.brokers[broker_id] = proc
+        # A process start and its imports alone took over 30 s on a 2-core machine running other suites beside
+        # the demo: the deadline is for a broker that never registers, not a slow start.
+        wait_until(lambda: self._registered(broker_id), 90, f"broker {broker_id} to register")
         return proc
 
     def _registered(self, broker_id: int) -> bool:
-        return self.admin.exists(paths.broker(broker_id)) is not None
+        try:
+            return self.admin.exists(paths.broker(broker_id)) is not None
+        except ZkError:  # ZooKeeper restarting under another fault: not known to be registered yet
+            return False
 
     def _next(self) -> int:
-        self._serial += 1
-        return self._serial
+        with self._lock:
+            self._serial += 1
+            return self._serial
 
     def create_topics(self) -> None:
         admin = TopicAdmin(self.admin, Journal(self.journal_dir, "topic-admin"))
@@ -182,7 +197,8 @@ class RunCluster:
             args.append("--unsafe")
         args += extra
         member = Member(group, self._spawn(args, f"consumer-{group}-{self._next()}"), via_proxy, kind)
-        self.members.append(member)
+        with self._lock:
+            self.members.append(member)
         return member
 
     def start_producers(self) -> None:
@@ -209,7 +225,13 @@ class RunCluster:
             return None
 
     def live_members(self, group: str | None = None) -> list[Member]:
-        return [m for m in self.members if m.proc.alive() and (group is None or m.group == group)]
+        with self._lock:
+            members = list(self.members)
+        return [m for m in members if m.proc.alive() and (group is None or m.group == group)]
+
+    def present(self, group: str | None = None) -> list[Member]:
+        """The live members no fault has taken away (:attr:`away`): those a settled group must count."""
+        return [m for m in self.live_members(group) if m.proc.pid not in self.away]
 
     def owns(self, group: str, consumer_id: str) -> bool:
         """Whether the group's target gives ``consumer_id`` any partition."""
@@ -282,7 +304,7 @@ class RunCluster:
 
     def wait_all_stable(self, timeout: float) -> None:
         def ok() -> bool:
-            return all(self.stable(g, len(self.live_members(g))) for g in self.groups())
+            return all(self.stable(g, len(self.present(g))) for g in self.groups())
 
         wait_until(ok, timeout, "every group stable", interval=0.1)
 

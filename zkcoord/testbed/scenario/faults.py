@@ -2,7 +2,9 @@
 
 Every fault journals ``fault.injected`` (role ``scenario``) when it happens, waits on conditions with deadlines
 (never a fixed sleep where a condition exists), and leaves the run with the same number of brokers and consumers it
-found, so faults compose in any order.
+found, so faults compose in any order -- and, under the random nemesis, two at once (on two threads): a fault takes
+its victim from the members no other fault has taken away (:meth:`RunCluster.present`), waits for "stable" over
+the present members, and resumes (or reconnects) what it took away even when a wait times out.
 
 ``FAULTS`` maps each kind to its function and a one-line description (``zkcoord demo --list`` prints them).
 """
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.runtime.faults import arm
+from zkcoord.runtime.faults import arm, disarm
 from zkcoord.runtime.journal import decode_line
 from zkcoord.runtime.shutdown import DEFAULT_CONSUMER_TIMEOUT_S, EXIT_INCOMPLETE, hard_bound
 from zkcoord.testbed.procs import ProcessError, wait_until
@@ -56,12 +58,15 @@ def coordinator_zombie(cluster: RunCluster, rng: random.Random, say: Say) -> str
     proc = cluster.brokers[broker]
     arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "pause", "coordinator.mid_handover")
     trigger = cluster.start_consumer(cluster.workload.static_group)  # a join: the coordinator must rebalance
-    wait_until(lambda: is_stopped(proc.pid), 30, "the coordinator to stop itself mid-rebalance")
-    cluster.record_fault("coordinator-pause", f"broker-{broker}", "SIGSTOP between stop and start phases")
-    say(f"broker {broker} (coordinator) paused itself after its stop phase; waiting for a takeover")
-    wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
-    _settle(cluster)
-    proc.signal(signal.SIGCONT)
+    try:
+        wait_until(lambda: is_stopped(proc.pid), 30, "the coordinator to stop itself mid-rebalance")
+        cluster.record_fault("coordinator-pause", f"broker-{broker}", "SIGSTOP between stop and start phases")
+        say(f"broker {broker} (coordinator) paused itself after its stop phase; waiting for a takeover")
+        wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
+        _settle(cluster)
+    finally:  # a wait that timed out (another fault in the way) must not leave the broker stopped for good
+        disarm(cluster.fault_dir, proc.pid)  # nor armed, to stop itself later with nobody to resume it
+        proc.signal(signal.SIGCONT)
     cluster.record_fault("coordinator-resume", f"broker-{broker}", "SIGCONT: the zombie wakes up")
     say(f"broker {broker} resumed as a zombie; new coordinator is broker {cluster.coordinator()}")
     _settle(cluster)
@@ -77,7 +82,11 @@ def coordinator_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     proc = cluster.brokers[broker]
     arm(cluster.fault_dir, proc.pid, "coordinator.before_start", "kill", "coordinator.mid_handover")
     cluster.start_consumer(cluster.workload.wildcard_group)
-    wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
+    try:
+        wait_until(lambda: not proc.alive(), 30, "the coordinator to die mid-rebalance")
+    except ProcessError:
+        disarm(cluster.fault_dir, proc.pid)  # not to die later, with nobody to restart it
+        raise
     cluster.record_fault("coordinator-kill", f"broker-{broker}", "SIGKILL mid-rebalance")
     say(f"broker {broker} (coordinator) killed mid-rebalance")
     wait_until(lambda: cluster.coordinator() not in (None, broker), _grace(cluster), "a new coordinator")
@@ -86,22 +95,33 @@ def coordinator_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     return f"killed broker {broker}"
 
 
-def _victim(cluster: RunCluster, rng: random.Random, *, proxied: bool = False) -> tuple[str, int]:
-    members = [m for m in cluster.live_members() if m.via_proxy == proxied]
-    member = rng.choice(members)
-    return member.group, cluster.members.index(member)
+def _victim(cluster: RunCluster, rng: random.Random, *, proxied: bool = False) -> Member | None:
+    """A live consumer no other fault has taken away (None if there is none), talking through the proxy or not."""
+    members = [m for m in cluster.present() if m.via_proxy == proxied]
+    return rng.choice(members) if members else None
+
+
+def _without(cluster: RunCluster, group: str) -> Callable[[], bool]:
+    """The condition "``group`` is stable over its present members": a member taken away (paused, cut off) is not
+    counted, and the count is taken afresh at each poll, since another fault may start or kill members meanwhile."""
+    return lambda: cluster.stable(group, len(cluster.present(group)))
 
 
 def consumer_pause(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     """SIGSTOP a consumer past its session timeout, then SIGCONT it: it must wake up fenced."""
-    group, i = _victim(cluster, rng)
-    member = cluster.members[i]
-    before = len(cluster.live_members(group))
+    member = _victim(cluster, rng)
+    if member is None:
+        return "nobody to pause"
+    group = member.group
     member.proc.signal(signal.SIGSTOP)
+    cluster.away.add(member.proc.pid)
     cluster.record_fault("consumer-pause", f"consumer-{member.proc.pid}", f"SIGSTOP in group {group}")
     say(f"consumer {member.proc.pid} ({group}) paused past its session timeout")
-    wait_until(lambda: cluster.stable(group, before - 1), _grace(cluster), "the group to rebalance without it")
-    member.proc.signal(signal.SIGCONT)
+    try:
+        wait_until(_without(cluster, group), _grace(cluster), "the group to rebalance without it")
+    finally:  # resumed even when the wait timed out: a fault leaves as many consumers as it found
+        member.proc.signal(signal.SIGCONT)
+        cluster.away.discard(member.proc.pid)
     cluster.record_fault("consumer-resume", f"consumer-{member.proc.pid}", "SIGCONT")
     _settle(cluster)
     return f"paused consumer {member.proc.pid}"
@@ -109,12 +129,17 @@ def consumer_pause(cluster: RunCluster, rng: random.Random, say: Say) -> str:
 
 def consumer_kill(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     """SIGKILL a consumer (its uncommitted records may be consumed again), then start a replacement."""
-    group, i = _victim(cluster, rng)
-    member = cluster.members[i]
+    member = _victim(cluster, rng)
+    if member is None:
+        return "nobody to kill"
+    group = member.group
     member.proc.signal(signal.SIGKILL)
     cluster.record_fault("consumer-kill", f"consumer-{member.proc.pid}", f"SIGKILL in group {group}")
     say(f"consumer {member.proc.pid} ({group}) killed")
     member.proc.wait(10)
+    # The group must have noticed (the session expired, a rebalance went without it) before the replacement comes:
+    # started at once, the newcomer's registration would stand in for the dead one's and "stable" hold at once.
+    wait_until(_without(cluster, group), _grace(cluster), "the group to rebalance without it")
     cluster.start_consumer(group)
     _settle(cluster)
     return f"killed consumer {member.proc.pid}"
@@ -168,7 +193,11 @@ def consumer_kill_after_revoke(cluster: RunCluster, rng: random.Random, say: Say
     wait_until(lambda: _full_batch(cluster, victim.proc.pid), 40, "the slow member's application to fall behind")
     arm(cluster.fault_dir, victim.proc.pid, "consumer.after_revoke", "kill")
     joiner = cluster.start_consumer(group)  # an eager rebalance revokes everything from everyone
-    wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
+    try:
+        wait_until(lambda: not victim.proc.alive(), 40, "the slow member killed after its revoke callback")
+    except ProcessError:
+        disarm(cluster.fault_dir, victim.proc.pid)
+        raise
     cluster.record_fault(
         "consumer-kill-after-revoke", f"consumer-{victim.proc.pid}", f"SIGKILL after on_partitions_revoked in {group}"
     )
@@ -199,11 +228,11 @@ def _left_cleanly(member: Member) -> None:
 
 
 def consumer_leave(cluster: RunCluster, rng: random.Random, say: Say) -> str:
-    groups = [g for g in cluster.groups() if len([m for m in cluster.live_members(g) if not m.via_proxy]) > 1]
+    groups = [g for g in cluster.groups() if len([m for m in cluster.present(g) if not m.via_proxy]) > 1]
     if not groups:
         return "nobody to leave"
     group = rng.choice(groups)
-    member = rng.choice([m for m in cluster.live_members(group) if not m.via_proxy])
+    member = rng.choice([m for m in cluster.present(group) if not m.via_proxy])
     member.proc.signal(signal.SIGTERM)
     cluster.record_fault("consumer-leave", f"consumer-{member.proc.pid}", f"SIGTERM, leaves {group}")
     say(f"consumer {member.proc.pid} leaves {group} cleanly")
@@ -265,16 +294,19 @@ def zookeeper_restart(cluster: RunCluster, rng: random.Random, say: Say) -> str:
 
 def network_cut(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     """Cut the consumer that talks through the proxy off from ZooKeeper while it keeps running."""
-    proxied = [m for m in cluster.live_members() if m.via_proxy]
+    proxied = [m for m in cluster.present() if m.via_proxy]
     if not proxied or cluster.proxy is None:
         return "no proxied consumer"
     member = proxied[0]
-    before = len(cluster.live_members(member.group))
     cluster.proxy.cut()
+    cluster.away.add(member.proc.pid)
     cluster.record_fault("network-cut", f"consumer-{member.proc.pid}", "cut off from ZooKeeper (proxy)")
     say(f"consumer {member.proc.pid} ({member.group}) cut off from ZooKeeper, still running")
-    wait_until(lambda: cluster.stable(member.group, before - 1), _grace(cluster), "the group to go on without it")
-    cluster.proxy.restore()
+    try:
+        wait_until(_without(cluster, member.group), _grace(cluster), "the group to go on without it")
+    finally:  # restored even when the wait timed out
+        cluster.proxy.restore()
+        cluster.away.discard(member.proc.pid)
     cluster.record_fault("network-restore", f"consumer-{member.proc.pid}", "proxy restored")
     _settle(cluster)
     return f"cut consumer {member.proc.pid}"

@@ -3,10 +3,12 @@
 A run is: ZooKeeper (one server, a 3-server ensemble, or an external one), 3 brokers, one producer per topic at a
 steady rate, consumers in two groups (a static subscription, and a ``white_list`` over a topic family, one of whose
 consumers reaches ZooKeeper through a TCP proxy so that it can be cut off), then the scenario's faults, spread over
-the duration in a seeded order, while the producers keep writing.  At the end the producers stop, the groups drain,
-and everything is stopped; the journals in ``<run-dir>/journal`` are the evidence the verdict is computed from.
+the duration in a seeded order, while the producers keep writing (or, with the random nemesis, a schedule drawn from
+the seed over every fault kind, some two at once: :mod:`~zkcoord.testbed.scenario.nemesis`).  At the end the
+producers stop, the groups drain, and everything is stopped; the journals in ``<run-dir>/journal`` are the evidence
+the verdict is computed from.
 
-Runs on the caller's thread; every wait has a deadline.
+Runs on the caller's thread (the random nemesis runs its faults on threads of its own); every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from zkcoord.errors import ConfigurationError
 from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.nemesis import draw_schedule, run_schedule
 from zkcoord.testbed.scenario.strategy import OLD, STRATEGY_STEPS, check_switch
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
 Say = Callable[[str], None]
+
+NEMESES = ("fixed", "random")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +104,17 @@ class RunConfig:
     zk: str | None = None
     unsafe: bool = False
     workload: Workload = field(default_factory=Workload)
+    #: ``fixed``: the scenario's faults, one at a time, in a seeded order; ``random``: a schedule drawn from the seed
+    #: over every fault kind, two at once in some steps (:mod:`~zkcoord.testbed.scenario.nemesis`)
+    nemesis: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.scenario not in SCENARIOS:
             raise ConfigurationError(f"unknown scenario {self.scenario!r}; see zkcoord demo --list")
+        if self.nemesis not in NEMESES:
+            raise ConfigurationError(f"unknown nemesis {self.nemesis!r}: one of {', '.join(NEMESES)}")
+        if self.nemesis == "random" and self.scenario != "default":
+            raise ConfigurationError("the random nemesis draws from every fault kind: it takes no --scenario")
         if not 5 <= self.duration_s <= 24 * 3600:
             raise ConfigurationError(f"duration must be within 5 s .. 24 h, got {self.duration_s}")
 
@@ -117,9 +129,13 @@ class RunResult:
     consumed: int = 0
     rebalances: int = 0
     seconds: float = 0.0
+    #: the random nemesis's schedule in brief (seed, steps, faults drawn, steps with two faults drawn and how many
+    #: of them really overlapped); empty for the fixed nemesis
+    nemesis: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, object]:
         return {
+            "nemesis": self.nemesis,
             "run_dir": str(self.run_dir),
             "unsafe": self.unsafe,
             "faults": dict(self.faults),
@@ -199,18 +215,42 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
         say(f"[{label}] ZooKeeper at {connect}; run directory {config.run_dir}")
         _start_workload(cluster, scenario)
         cluster.start_producers()
-        progress(f"running scenario {scenario.name!r} for {config.duration_s:g}s with {len(order)} faults")
-        slot = config.duration_s / (len(order) + 1)
-        for i, kind in enumerate(order):
-            _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
-            progress(f"fault {i + 1}/{len(order)}: {kind}")
-            try:
-                detail = {**FAULTS, **STEPS, **UPGRADE_STEPS, **STRATEGY_STEPS}[kind].run(cluster, rng, say)
-            except ProcessError as e:
-                result.problems.append(f"{kind}: {e}")
-                say(f"[{label}] fault {kind} did not settle: {e}")
-                continue
-            say(f"[{label}] fault {kind} done: {detail}")
+        if config.nemesis == "random":
+            schedule = draw_schedule(config.seed, config.duration_s)
+            for line in schedule.describe():
+                say(f"[{label}] {line}")
+            progress(f"running the random nemesis for {config.duration_s:g}s with {schedule.faults} faults")
+            # The schedule's times count from the first record produced (starting the cluster takes a while).
+            producing = time.monotonic()
+            log = run_schedule(
+                cluster,
+                schedule,
+                started=producing,
+                say=lambda line: say(f"[{label}] {line}"),
+                problems=result.problems,
+                pace=lambda offset: _wait_until_time(producing, offset, lambda: progress("producing")),
+            )
+            _wait_until_time(producing, config.duration_s, lambda: progress("producing"))
+            result.nemesis = {
+                "seed": config.seed,
+                "steps": len(schedule.steps),
+                "faults": schedule.faults,
+                "overlapping": schedule.overlapping,
+                "overlapped": log.overlapped(),
+            }
+        else:
+            progress(f"running scenario {scenario.name!r} for {config.duration_s:g}s with {len(order)} faults")
+            _run_in_order(
+                cluster,
+                order,
+                duration_s=config.duration_s,
+                started=started,
+                rng=rng,
+                label=label,
+                say=say,
+                result=result,
+                progress=progress,
+            )
         _wait_until_time(started, config.duration_s, lambda: progress("producing"))
         cluster.stop_producers()
         progress("producers stopped; draining")
@@ -225,6 +265,32 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
     result.seconds = time.monotonic() - started
     (config.run_dir / "run.json").write_text(json.dumps(result.to_json(), indent=2))
     return result
+
+
+def _run_in_order(
+    cluster: RunCluster,
+    order: list[str],
+    *,
+    duration_s: float,
+    started: float,
+    rng: random.Random,
+    label: str,
+    say: Say,
+    result: RunResult,
+    progress: Callable[[str], None],
+) -> None:
+    """The fixed nemesis: the faults one at a time, spread evenly over the duration."""
+    slot = duration_s / (len(order) + 1)
+    for i, kind in enumerate(order):
+        _wait_until_time(started, slot * (i + 1), lambda: progress("producing"))
+        progress(f"fault {i + 1}/{len(order)}: {kind}")
+        try:
+            detail = {**FAULTS, **STEPS, **UPGRADE_STEPS, **STRATEGY_STEPS}[kind].run(cluster, rng, say)
+        except ProcessError as e:
+            result.problems.append(f"{kind}: {e}")
+            say(f"[{label}] fault {kind} did not settle: {e}")
+            continue
+        say(f"[{label}] fault {kind} done: {detail}")
 
 
 def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:

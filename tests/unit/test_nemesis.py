@@ -1,0 +1,101 @@
+"""The random nemesis's schedule: a pure function of the seed (the same in another process, whatever its hash seed),
+drawn over every fault kind, with two faults at once in every schedule, never two on the same part of the system;
+and bad ``--seed``/``--seeds`` input is one ``Error:`` line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+from zkcoord.errors import ConfigurationError
+from zkcoord.runtime.faults import _armed, arm, disarm
+from zkcoord.testbed.scenario.faults import FAULTS
+from zkcoord.testbed.scenario.nemesis import draw_schedule, parse_seed, parse_seeds, resource
+
+SEEDS = range(200)
+
+
+def test_a_schedule_is_a_pure_function_of_its_seed() -> None:
+    here = [draw_schedule(seed, 120).to_json() for seed in range(20)]
+    assert here == [draw_schedule(seed, 120).to_json() for seed in range(20)]
+    code = (
+        "import json; from zkcoord.testbed.scenario.nemesis import draw_schedule; "
+        "print(json.dumps([draw_schedule(s, 120).to_json() for s in range(20)]))"
+    )
+    for hash_seed in ("1", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        assert json.loads(out.stdout) == here
+    assert len({json.dumps(s["steps"]) for s in here}) == len(here), "two seeds drew the same schedule"
+
+
+def test_every_schedule_overlaps_two_faults_on_different_parts_within_the_run() -> None:
+    for seed in SEEDS:
+        for duration in (20.0, 120.0, 600.0):
+            schedule = draw_schedule(seed, duration)
+            assert len(schedule.steps) == max(1, int(duration // 30)), (seed, duration)
+            assert schedule.overlapping >= 1, (seed, duration)
+            for step in schedule.steps:
+                assert 2.0 <= step.at_s <= duration * 0.75, step
+                assert step.kind in FAULTS
+                if step.overlap is not None:
+                    assert step.overlap in FAULTS and resource(step.overlap) != resource(step.kind), step
+                    assert 0.3 <= step.overlap_after_s <= 3.0, step
+            assert [s.at_s for s in schedule.steps] == sorted(s.at_s for s in schedule.steps)
+
+
+def test_every_fault_kind_is_drawn_alone_first_and_second() -> None:
+    first = {s.kind for seed in SEEDS for s in draw_schedule(seed, 120).steps}
+    second = {s.overlap for seed in SEEDS for s in draw_schedule(seed, 120).steps if s.overlap}
+    assert first == set(FAULTS) and second == set(FAULTS)
+    # the pairs the issue names: a coordinator pause during a consumer kill, ZooKeeper restarted during a rebalance
+    pairs = {(s.kind, s.overlap) for seed in SEEDS for s in draw_schedule(seed, 120).steps}
+    assert ("consumer-kill", "coordinator-zombie") in pairs and ("consumer-join", "zk-restart") in pairs
+
+
+def test_seeds_parse_or_say_why_not() -> None:
+    assert parse_seeds("3..7") == range(3, 8) and parse_seeds("5") == range(5, 6) and parse_seed(" 9 ") == 9
+    for bad in ("", "x", "1..", "..3", "7..3", "-1..2", "1.5", "0..5000", "1..2..3"):
+        with pytest.raises(ConfigurationError):
+            parse_seeds(bad)
+    for bad in ("", "x", "-1", "1e3", str(2**32)):
+        with pytest.raises(ConfigurationError):
+            parse_seed(bad)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--seeds", "9..3"),
+        ("--seeds", "a..b"),
+        ("--seed", "seven"),
+        ("--seed", "-2"),
+        ("--seed", "1", "--seeds", "1..2"),
+        ("--nemesis", "random", "--scenario", "zombie"),
+    ],
+)
+def test_bad_seed_input_is_one_error_line(args: tuple[str, ...], tmp_path: os.PathLike[str]) -> None:
+    out = run_cli("demo", "--run-dir", str(tmp_path), *args)
+    assert out.returncode == 1, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), out.stderr
+    assert not list(os.scandir(tmp_path)), "a refused run must start nothing"
+
+
+def test_a_fault_point_armed_and_not_fired_can_be_withdrawn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault whose wait timed out withdraws what it armed: the point no longer fires at a later hit (nobody would
+    be there to resume or restart the process); once it fired, there is nothing to withdraw."""
+    monkeypatch.setenv("ZKCOORD_FAULT_DIR", str(tmp_path))
+    arm(tmp_path, os.getpid(), "coordinator.before_start", "pause")
+    assert disarm(tmp_path, os.getpid()) is True
+    assert _armed("coordinator.before_start") is None, "a withdrawn point fired"
+    assert disarm(tmp_path, os.getpid()) is False
+    arm(tmp_path, os.getpid(), "coordinator.before_start", "pause")
+    assert _armed("coordinator.before_start") is not None  # it fires (the process acts on it)...
+    assert disarm(tmp_path, os.getpid()) is False  # ...and is gone

@@ -1,0 +1,123 @@
+"""Each violation of a run as one row: which property, where (group, topic, partition), when, which processes and
+commands, which epochs and generations -- what the report's violation table and its zoomed timelines show.
+
+The rows are built from the verdict alone (the ``examples`` of each property's details, which
+``tests/spark/test_reader_agreement.py`` holds equal to what the single-process reference reader finds), never from
+the tables, so that the report says what the verdict counted.  A verdict lists up to ten examples of each kind per
+run (:data:`zkcoord.analysis.assemble.EXAMPLES`); :func:`unlisted` says how many violations of each property that
+leaves out (the Parquet tables hold them all).  Plain Python: any thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from zkcoord.analysis.verdict import RunVerdict
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One violation.  ``start_ts``/``end_ts``: wall-clock ms of the journal (``None`` for S3/S3-risk, which are about
+    offsets, not a moment); ``offsets``: ``first..last`` when the violation is about records."""
+
+    run: str
+    prop: str
+    kind: str
+    group: str | None
+    topic: str | None
+    partition: int | None
+    start_ts: int | None
+    end_ts: int | None
+    processes: tuple[str, ...]
+    commands: tuple[str, ...]
+    epochs: tuple[int, ...]
+    generations: tuple[int, ...]
+    offsets: str | None
+    detail: str
+
+    @property
+    def where(self) -> str:
+        if self.topic is None:
+            return self.group or "-"
+        return f"{self.group} {self.topic}-{self.partition}"
+
+
+def _ints(*values: Any) -> tuple[int, ...]:
+    """The distinct non-null values, in order of first appearance."""
+    out: list[int] = []
+    for v in values:
+        if v is not None and int(v) not in out:
+            out.append(int(v))
+    return tuple(out)
+
+
+def violations(run: RunVerdict) -> list[Violation]:
+    """Every violation the verdict of ``run`` lists, S1 to S5 in order."""
+    out: list[Violation] = []
+    name = run.run
+    for e in run.property("S1").details.get("examples", []):
+        out.append(Violation(
+            name, "S1", "deposed coordinator wrote", e["group"], None, None, e["ts"], e["ts"],
+            (f"{e['role']} (pid {e['pid']})", e["consumer"]), (e["option"],), _ints(e["epoch"], e["elected_epoch"]),
+            _ints(e["generation"]), None,
+            f"{e['role']} sent {e['option']} to {e['consumer']} with epoch {e['epoch']} after epoch "
+            f"{e['elected_epoch']} was elected",
+        ))  # fmt: skip
+    s2 = run.property("S2").details
+    for e in s2.get("examples", []):
+        start, end = max(e["start_a"], e["start_b"]), min(e["end_a"], e["end_b"])
+        grants = tuple(e.get(f"command_{x}") or f"no start-fetcher before {e[f'consumer_{x}']} fetched" for x in "ab")
+        out.append(Violation(
+            name, "S2", "two owners at once", e["group"], e["topic"], e["partition"], start, end,
+            (e["consumer_a"], e["consumer_b"]), grants, _ints(e.get("epoch_a"), e.get("epoch_b")),
+            _ints(e.get("generation_a"), e.get("generation_b")), None,
+            f"both fetched it for {e['overlap_ms']} ms",
+        ))  # fmt: skip
+    for e in s2.get("outside_examples", []):
+        out.append(Violation(
+            name, "S2", "delivered outside ownership", e["group"], e["topic"], e["partition"], e["ts"], e["ts"],
+            (e["consumer"],), (), (), (), f"{e['first']}..{e['last']}",
+            "handed to the application while its consumer owned no interval of the partition",
+        ))  # fmt: skip
+    for e in run.property("S3").details.get("examples", []):
+        out.append(Violation(
+            name, "S3", "records lost", e["group"], e["topic"], e["partition"], None, None, (), (), (), (),
+            f"{e['first']}..{e['last']}", f"{e['count']} offsets produced and never {e['judged_on']}",
+        ))  # fmt: skip
+    for e in run.property("S3-risk").details.get("examples", []):
+        out.append(Violation(
+            name, "S3-risk", "committed unprocessed", e["group"], e["topic"], e["partition"], None, None,
+            (e["consumer"],), (), (), (), f"{e['first']}..{e['last']}",
+            f"{e['count']} offsets committed before the application had processed them",
+        ))  # fmt: skip
+    for e in run.property("S4").details.get("examples", []):
+        out.append(Violation(
+            name, "S4", "duplicated by a clean rebalance", e["group"], e["topic"], e["partition"], None, None,
+            (), (), (), (), f"{e['first']}..{e['last']}", f"{e['count']} offsets {e['judged_on']} twice",
+        ))  # fmt: skip
+    for e in run.property("S5").details.get("examples", []):
+        out.append(Violation(
+            name, "S5", "stale command applied", e["group"], None, None, e["applied_ts"], e["applied_ts"],
+            (e["consumer"],), (f"{e['name']} ({e['option']})",), _ints(e["epoch"], e.get("seen_epoch")),
+            _ints(e["generation"], e.get("seen_generation")), None, str(e["why"]),
+        ))  # fmt: skip
+    return out
+
+
+def unlisted(run: RunVerdict, rows: list[Violation]) -> dict[str, int]:
+    """Per property, how many of its violations have no row (more than the verdict lists, or of a kind without
+    rows: an epoch regression of S1)."""
+    listed: dict[str, int] = {}
+    for v in rows:
+        listed[v.prop] = listed.get(v.prop, 0) + 1
+    out = {}
+    for p in run.properties:
+        # S3, S3-risk and S4 count offsets, each row a range of them: a property is fully listed if every range is
+        if p.key in ("S3", "S3-risk", "S4"):
+            total = int(p.details.get("missing_ranges", p.details.get("ranges", p.details.get("clean_ranges", 0))))
+        else:
+            total = p.count
+        if total > listed.get(p.key, 0):
+            out[p.key] = total - listed.get(p.key, 0)
+    return out
