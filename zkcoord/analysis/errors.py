@@ -14,7 +14,9 @@ class NoJournalError(AnalysisError):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        super().__init__(f"no journal in {path}: expected {path}/journal/*.jsonl or {path}/*.jsonl")
+        super().__init__(
+            f"no journal in {path}: expected {path}/journal/*.jsonl, {path}/*.jsonl or {path}/RUN/journal/*.jsonl"
+        )
 
 
 class JournalRefusedError(AnalysisError):

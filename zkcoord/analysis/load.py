@@ -68,8 +68,29 @@ def _torn_tail(path: Path) -> str | None:
         return None  # cannot be matched as text; it is not JSON either, so it is counted as malformed
 
 
+def _holds_journal(path: Path) -> bool:
+    return path.is_dir() and any(path.glob("*.jsonl"))
+
+
+def _journals(path: Path) -> list[Path]:
+    """The journal directories ``path`` stands for: its own, else those of the run directories right inside it (what
+    ``zkcoord demo`` prints as its "run directory": ``safe/`` and ``unsafe/``), in name order.
+
+    :raises NoJournalError: neither ``path`` nor a directory inside it holds a journal.
+    """
+    for journal in (path / "journal", path):
+        if _holds_journal(journal):
+            return [journal]
+    inside = sorted(p / "journal" for p in path.iterdir()) if path.is_dir() else []
+    found = [journal for journal in inside if _holds_journal(journal)]
+    if not found:
+        raise NoJournalError(str(path))
+    return found
+
+
 def locate(paths: Sequence[str | os.PathLike[str]]) -> list[RunInput]:
-    """Resolve run directories (``RUN/journal/*.jsonl``) or journal directories (``DIR/*.jsonl``) into inputs.
+    """Resolve run directories (``RUN/journal/*.jsonl``), journal directories (``DIR/*.jsonl``) or a directory of
+    run directories (``BASE/RUN/journal/*.jsonl``, a demo's: each run inside it) into inputs.
 
     Run names are the run directories' names, made unique with a ``-2``, ``-3``... suffix.
 
@@ -77,14 +98,8 @@ def locate(paths: Sequence[str | os.PathLike[str]]) -> list[RunInput]:
     """
     runs: list[RunInput] = []
     seen: dict[str, int] = {}
-    for raw in paths:
-        path = Path(raw).expanduser()
-        journal = path / "journal"
-        if not (journal.is_dir() and any(journal.glob("*.jsonl"))):
-            journal = path
-        files = tuple(sorted(journal.glob("*.jsonl"))) if journal.is_dir() else ()
-        if not files:
-            raise NoJournalError(str(path))
+    for journal in [j for raw in paths for j in _journals(Path(raw).expanduser())]:
+        files = tuple(sorted(journal.glob("*.jsonl")))
         run_dir = journal.parent if journal.name == "journal" else journal
         base = run_dir.resolve().name or "run"
         seen[base] = seen.get(base, 0) + 1
