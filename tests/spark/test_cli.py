@@ -39,8 +39,8 @@ def test_no_journal_is_one_clear_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(analyze, [str(tmp_path / "nothing"), "-q"])
     assert result.exit_code == 1
     nothing = tmp_path / "nothing"
-    assert result.output.strip().splitlines() == [f"Error: no journal in {nothing}: expected {nothing}/journal/*.jsonl, "
-                                                   f"{nothing}/*.jsonl or {nothing}/RUN/journal/*.jsonl"]  # fmt: skip
+    expected = f"{nothing}/journal/*.jsonl, {nothing}/*.jsonl or {nothing}/RUN/journal/*.jsonl"
+    assert result.output.strip().splitlines() == [f"Error: no journal in {nothing}: expected {expected}"]
 
 
 def test_a_demos_run_directory_is_analysed_run_by_run(spark: SparkSession, tmp_path: Path) -> None:
