@@ -23,6 +23,11 @@ class JournalRefusedError(AnalysisError):
     """A run's journal holds no event this reader can use (every line skipped); the reason is in the message."""
 
 
+class JournalUnreadableError(AnalysisError):
+    """Spark's executors could not read a journal file the driver found: on a cluster, the journals are not on
+    storage every executor sees at the same path."""
+
+
 class SparkUnavailableError(AnalysisError):
     """Spark could not be started (no Java, no PySpark, or the JVM failed to launch)."""
 

@@ -24,7 +24,7 @@ from zkcoord.analysis.assemble import Tables, run_verdicts
 from zkcoord.analysis.errors import AnalysisError, JournalRefusedError
 from zkcoord.analysis.report import ReportData, render_report
 from zkcoord.analysis.schema import MAX_VERSION
-from zkcoord.analysis.session import DEFAULT_LOCAL_MASTER, get_spark, spark_errors
+from zkcoord.analysis.session import DEFAULT_LOCAL_MASTER, get_spark, journals_readable, spark_errors
 from zkcoord.analysis.verdict import ReadCounts, RunVerdict, Verdict
 from zkcoord.layout import topic_regex
 
@@ -70,7 +70,8 @@ def run_analysis(
         say(f"starting Spark ({master or 'spark-submit master'})")
         spark, created = get_spark(master, conf)
     try:
-        with spark_errors("analysing the journals"), _tuned(spark, _partitions(runs)):
+        files = [f for r in runs for f in r.files]
+        with spark_errors("analysing the journals"), journals_readable(files), _tuned(spark, _partitions(runs)):
             verdicts, data = _analyse(spark, runs, out, say)
     finally:
         if created:
