@@ -191,7 +191,10 @@ def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Colum
     if kind == "float":  # from_json takes the strings "NaN" and "Infinity" as doubles: finite rules them out
         return (typed.isNull() & present) | F.isnan(typed) | (F.abs(typed) == F.lit(float("inf")))
     if kind == "str":
-        return typed.isNotNull() & (F.schema_of_variant(value) != F.lit("STRING"))
+        # from_json renders a value of another JSON type as its JSON text, which starts with a digit, "-", "{", "["
+        # or "t"/"f" (true, false): only text that starts so needs the variant's word on its type (the costly part)
+        suspect = F.substring(typed, 1, 1).isin(*"0123456789-{[tf")
+        return typed.isNotNull() & suspect & (F.schema_of_variant(value) != F.lit("STRING"))
     if kind == "counts":
         return (typed.isNull() & present) | F.exists(F.map_values(typed), lambda x: x.isNull())
     if kind == "int|list":
