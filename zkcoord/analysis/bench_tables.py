@@ -110,7 +110,7 @@ def analyze_table(rows: list[dict[str, Any]]) -> str:
         speedup = python / spark if isinstance(python, int | float) and spark else None
         lines.append(
             f"{r['events']:>11}{_num(r.get('journal_mb')):>7}{_num(r.get('jvm_heap_mb')):>12}{_num(floor, 1):>9}"
-            f"{_num(spark, 1):>9}{_num(python, 1):>10}{_num(over_floor, 1):>12}{_num(speedup, 1):>13}"
+            f"{_num(spark, 1):>9}{_num(python, 1):>10}{_num(over_floor, 2):>12}{_num(speedup, 2):>13}"
             f"  {r.get('counts_agree')!s:>5}  {r.get('injected_found')!s:>5}"
         )
     return "\n".join(lines)
