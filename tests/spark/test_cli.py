@@ -38,6 +38,21 @@ def test_no_journal_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "nothing").mkdir()
     result = CliRunner().invoke(analyze, [str(tmp_path / "nothing"), "-q"])
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() == [f"Error: no journal in {tmp_path / 'nothing'}: expected "
-                                                   f"{tmp_path / 'nothing'}/journal/*.jsonl or "
-                                                   f"{tmp_path / 'nothing'}/*.jsonl"]  # fmt: skip
+    nothing = tmp_path / "nothing"
+    expected = f"{nothing}/journal/*.jsonl, {nothing}/*.jsonl or {nothing}/RUN/journal/*.jsonl"
+    assert result.output.strip().splitlines() == [f"Error: no journal in {nothing}: expected {expected}"]
+
+
+def test_a_demos_run_directory_is_analysed_run_by_run(spark: SparkSession, tmp_path: Path) -> None:
+    """``zkcoord demo`` prints ``run directory: runs/<stamp>``, which holds ``safe/`` and ``unsafe/``: ``zkcoord
+    analyze`` on it judges each run inside it, and writes where the demo does (``runs/<stamp>/analysis``)."""
+    base = tmp_path / "20250101-120000"
+    finish(clean_run(base / "safe"))
+    violations_run(base / "unsafe")
+    (base / "analysis").mkdir()  # a previous analysis's output is not a run
+    result = CliRunner().invoke(analyze, [str(base), "--json", "--no-report", "-q"])
+    assert result.exit_code == 1, result.output
+    verdict = json.loads(result.stdout)
+    assert [(r["run"], r["status"]) for r in verdict["runs"]] == [("safe", "PASS"), ("unsafe", "FAIL")]
+    assert {k: v["count"] for k, v in verdict["runs"][1]["properties"].items()} == EXPECTED
+    assert (base / "analysis" / "verdict.json").is_file()

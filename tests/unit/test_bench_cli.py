@@ -32,8 +32,10 @@ def test_every_benchmark_has_every_size_with_the_same_options() -> None:
 
 def test_partlog_at_the_smallest_size_writes_a_document_the_report_reads(tmp_path: Path) -> None:
     out = tmp_path / "results" / "partlog.json"
-    run = run_cli("bench", "partlog", "--size", "small", "--out", str(out), timeout=120)
+    scratch = tmp_path / "not" / "yet"  # a --dir that does not exist is created
+    run = run_cli("bench", "partlog", "--size", "small", "--out", str(out), "--dir", str(scratch), timeout=120)
     assert run.returncode == 0, run.stderr
+    assert scratch.is_dir()
     doc = json.loads(out.read_text())
     assert doc["schema"] == 1 and doc["benchmark"] == "partlog"
     assert doc["meta"]["records"] == PRESETS["partlog"]["small"]["records"]
@@ -75,6 +77,7 @@ def test_assignor_join_writes_a_document_the_report_reads(tmp_path: Path) -> Non
         (["consumer", "--consumers", "0,x"], 2, "expected comma-separated positive integers"),
         (["partlog", "--records", "5"], 2, "--records"),
         (["partlog", "--size", "huge"], 2, "--size"),
+        (["partlog", "--dir", "/dev/null/scratch"], 2, "cannot create /dev/null/scratch"),
         (["all", "--only", "partlog", "--skip", "partlog"], 1, "leave no benchmark to run"),
     ],
 )

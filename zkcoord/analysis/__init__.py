@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from zkcoord.analysis.errors import (
     AnalysisError,
     JournalRefusedError,
+    JournalUnreadableError,
     NoJournalError,
     SparkJobError,
     SparkUnavailableError,
@@ -26,6 +27,7 @@ __all__ = [
     "PROPERTIES",
     "AnalysisError",
     "JournalRefusedError",
+    "JournalUnreadableError",
     "NoJournalError",
     "PropertyResult",
     "ReadCounts",

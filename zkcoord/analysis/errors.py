@@ -14,11 +14,18 @@ class NoJournalError(AnalysisError):
 
     def __init__(self, path: str) -> None:
         self.path = path
-        super().__init__(f"no journal in {path}: expected {path}/journal/*.jsonl or {path}/*.jsonl")
+        super().__init__(
+            f"no journal in {path}: expected {path}/journal/*.jsonl, {path}/*.jsonl or {path}/RUN/journal/*.jsonl"
+        )
 
 
 class JournalRefusedError(AnalysisError):
     """A run's journal holds no event this reader can use (every line skipped); the reason is in the message."""
+
+
+class JournalUnreadableError(AnalysisError):
+    """Spark's executors could not read a journal file the driver found: on a cluster, the journals are not on
+    storage every executor sees at the same path."""
 
 
 class SparkUnavailableError(AnalysisError):

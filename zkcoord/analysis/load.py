@@ -68,8 +68,29 @@ def _torn_tail(path: Path) -> str | None:
         return None  # cannot be matched as text; it is not JSON either, so it is counted as malformed
 
 
+def _holds_journal(path: Path) -> bool:
+    return path.is_dir() and any(path.glob("*.jsonl"))
+
+
+def _journals(path: Path) -> list[Path]:
+    """The journal directories ``path`` stands for: its own, else those of the run directories right inside it (what
+    ``zkcoord demo`` prints as its "run directory": ``safe/`` and ``unsafe/``), in name order.
+
+    :raises NoJournalError: neither ``path`` nor a directory inside it holds a journal.
+    """
+    for journal in (path / "journal", path):
+        if _holds_journal(journal):
+            return [journal]
+    inside = sorted(p / "journal" for p in path.iterdir()) if path.is_dir() else []
+    found = [journal for journal in inside if _holds_journal(journal)]
+    if not found:
+        raise NoJournalError(str(path))
+    return found
+
+
 def locate(paths: Sequence[str | os.PathLike[str]]) -> list[RunInput]:
-    """Resolve run directories (``RUN/journal/*.jsonl``) or journal directories (``DIR/*.jsonl``) into inputs.
+    """Resolve run directories (``RUN/journal/*.jsonl``), journal directories (``DIR/*.jsonl``) or a directory of
+    run directories (``BASE/RUN/journal/*.jsonl``, a demo's: each run inside it) into inputs.
 
     Run names are the run directories' names, made unique with a ``-2``, ``-3``... suffix.
 
@@ -77,14 +98,8 @@ def locate(paths: Sequence[str | os.PathLike[str]]) -> list[RunInput]:
     """
     runs: list[RunInput] = []
     seen: dict[str, int] = {}
-    for raw in paths:
-        path = Path(raw).expanduser()
-        journal = path / "journal"
-        if not (journal.is_dir() and any(journal.glob("*.jsonl"))):
-            journal = path
-        files = tuple(sorted(journal.glob("*.jsonl"))) if journal.is_dir() else ()
-        if not files:
-            raise NoJournalError(str(path))
+    for journal in [j for raw in paths for j in _journals(Path(raw).expanduser())]:
+        files = tuple(sorted(journal.glob("*.jsonl")))
         run_dir = journal.parent if journal.name == "journal" else journal
         base = run_dir.resolve().name or "run"
         seen[base] = seen.get(base, 0) + 1
@@ -176,7 +191,10 @@ def _mistyped(typed: Column, value: Column, present: Column, kind: str) -> Colum
     if kind == "float":  # from_json takes the strings "NaN" and "Infinity" as doubles: finite rules them out
         return (typed.isNull() & present) | F.isnan(typed) | (F.abs(typed) == F.lit(float("inf")))
     if kind == "str":
-        return typed.isNotNull() & (F.schema_of_variant(value) != F.lit("STRING"))
+        # from_json renders a value of another JSON type as its JSON text, which starts with a digit, "-", "{", "["
+        # or "t"/"f" (true, false): only text that starts so needs the variant's word on its type (the costly part)
+        suspect = F.substring(typed, 1, 1).isin(*"0123456789-{[tf")
+        return typed.isNotNull() & suspect & (F.schema_of_variant(value) != F.lit("STRING"))
     if kind == "counts":
         return (typed.isNull() & present) | F.exists(F.map_values(typed), lambda x: x.isNull())
     if kind == "int|list":

@@ -16,10 +16,10 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from zkcoord.analysis.errors import SparkJobError, SparkUnavailableError
+from zkcoord.analysis.errors import JournalUnreadableError, SparkJobError, SparkUnavailableError
 from zkcoord.errors import ZkServerError
 from zkcoord.zkserver.util import find_java
 
@@ -173,3 +173,35 @@ def spark_errors(doing: str) -> Iterator[None]:
     except (PySparkException, Py4JError) as e:
         hint = "" if _under_spark_submit() else f" (Spark's log: {SPARK_LOG})"
         raise SparkJobError(f"Spark failed while {doing}: {first_line(e)}{hint}") from e
+
+
+@contextlib.contextmanager
+def journals_readable(files: Iterable[Path]) -> Iterator[None]:
+    """Turn a Spark job that failed to read one of ``files`` (journal files the driver found) into
+    :class:`JournalUnreadableError`, one line that says what a cluster needs; any other error goes on as it was.
+
+    The files are read by the executors, which on a cluster run on other hosts: a journal on the driver's local disk
+    does not exist for them (Spark's ``FAILED_READ_FILE``, a ``FileNotFoundException`` in its cause).
+    """
+    try:
+        yield
+    except (PySparkException, Py4JError) as e:
+        java = getattr(e, "java_exception", None)
+        text = f"{e}\n{java}" if java is not None else str(e)
+        if "FAILED_READ_FILE" not in text and "FileNotFoundException" not in text:
+            raise
+        path = next((p for p in map(os.path.abspath, files) if p in text), None)
+        if path is None:
+            raise
+        why = (
+            "it does not exist for them"
+            if "FILE_NOT_EXIST" in text or "FileNotFoundException" in text
+            else "permission denied"
+            if "Permission denied" in text or "AccessDenied" in text
+            else "the read failed"
+        )
+        raise JournalUnreadableError(
+            f"Spark's executors cannot read the journal {path} ({why}): the journals must be on storage every "
+            "executor sees at the same path (a shared filesystem or an object store); see docs/analysis.md, "
+            '"Running on a cluster"'
+        ) from e

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from zkcoord.analysis.bench_tables import analyze_table
 from zkcoord.bench.analyze_python import python_verdict
 from zkcoord.bench.common import BenchError, envelope, write_document
 
@@ -205,9 +206,31 @@ class Row:
     python_events_per_s: float
     counts_agree: bool
     injected_found: bool
+    #: Spark reading, parsing and grouping the same journals by event type (:func:`floor`), in the same session
+    floor_s: float = 0.0
+    #: the driver JVM's largest heap: a journal bigger than it cannot be held in memory at once
+    jvm_heap_mb: float = 0.0
 
 
-def bench(size: int, base: Path, master: str) -> Row:
+def floor(spark: Any, runs: list[Path]) -> float:
+    """Seconds Spark needs to read the journals of ``runs``, parse every line with the analysis' schema and group
+    the events by type: the floor of any analysis of them on this Spark.
+
+    Every parsed field goes into a checksum, so that Spark cannot leave a field unparsed.
+    """
+    from pyspark.sql import functions as F  # noqa: PLC0415
+
+    from zkcoord.analysis.schema import EVENT_SCHEMA  # noqa: PLC0415
+
+    started = time.perf_counter()
+    text = spark.read.text([str(f) for run in runs for f in sorted((run / "journal").glob("*.jsonl"))])
+    e = text.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
+    flat = [c for c in e.columns if c != "subscription"]  # Spark does not hash maps: their size stands in
+    e.groupBy("ev").agg(F.count(F.lit(1)), F.sum(F.hash(*flat)), F.sum(F.size("subscription"))).collect()
+    return time.perf_counter() - started
+
+
+def bench(size: int, base: Path, master: str, spark: Any) -> Row:
     from zkcoord.analysis import run_analysis  # noqa: PLC0415  # PySpark only when measuring
 
     started = time.perf_counter()
@@ -216,10 +239,12 @@ def bench(size: int, base: Path, master: str) -> Row:
     generate_s = time.perf_counter() - started
     mb = sum(f.stat().st_size for f in base.glob("*/journal/*.jsonl")) / 1e6
     print(f"  {written} events, {mb:.0f} MB generated in {generate_s:.1f} s", file=sys.stderr)
+    floor_s = floor(spark, [base / "clean", base / "violations"])
+    print(f"  floor (Spark parsing and grouping by event type): {floor_s:.1f} s", file=sys.stderr)
     started = time.perf_counter()
-    verdict = run_analysis([base / "clean", base / "violations"], base / "out", master, report=False)
+    verdict = run_analysis([base / "clean", base / "violations"], base / "out", master, report=False, spark=spark)
     spark_s = time.perf_counter() - started
-    print(f"  spark: {spark_s:.1f} s", file=sys.stderr)
+    print(f"  spark: {spark_s:.1f} s ({spark_s / floor_s:.1f}x the floor)", file=sys.stderr)
     started = time.perf_counter()
     py = {name: python_verdict(base / name / "journal") for name in ("clean", "violations")}
     python_s = time.perf_counter() - started
@@ -238,6 +263,8 @@ def bench(size: int, base: Path, master: str) -> Row:
         python_events_per_s=round(written / python_s),
         counts_agree=sp == py,
         injected_found=sp.get("violations") == INJECTED and sp.get("clean") == dict.fromkeys(INJECTED, 0),
+        floor_s=round(floor_s, 2),
+        jvm_heap_mb=round(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() / 1e6),
     )
 
 
@@ -265,7 +292,8 @@ def bench_analyze(
     warm = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-warmup-", dir=scratch))
     started = time.perf_counter()
     generate(warm / "run", 30_000, violations=True)
-    run_analysis([warm / "run"], warm / "out", master, report=False)
+    run_analysis([warm / "run"], warm / "out", master, report=False, spark=spark)
+    floor(spark, [warm / "run"])
     warmup_s = time.perf_counter() - started
     shutil.rmtree(warm, ignore_errors=True)
     rows = []
@@ -273,24 +301,16 @@ def bench_analyze(
         print(f"{size} events:", file=sys.stderr)
         work = Path(tempfile.mkdtemp(prefix="zkcoord-analyze-bench-", dir=scratch))
         try:
-            rows.append(bench(size, work, master))
+            rows.append(bench(size, work, master, spark))
         finally:
             shutil.rmtree(work, ignore_errors=True)
     version = spark.version
     spark.stop()
-    head = (
-        f"{'events':>10} {'MB':>7} {'spark s':>8} {'python s':>9} {'spark ev/s':>11} {'python ev/s':>12}  agree  found"
-    )
     print(
         f"Spark {version} {master}, {os.cpu_count()} cores; not counted: JVM start-up {startup_s:.1f} s, "
         f"warm-up analysis {warmup_s:.1f} s"
     )
-    print(head)
-    for r in rows:
-        print(
-            f"{r.events:>10} {r.journal_mb:>7.0f} {r.spark_s:>8.1f} {r.python_s:>9.1f} {r.spark_events_per_s:>11} "
-            f"{r.python_events_per_s:>12}  {r.counts_agree!s:>5}  {r.injected_found!s:>5}"
-        )
+    print(analyze_table([asdict(r) for r in rows]))
     meta = {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),

@@ -50,7 +50,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "analyze": {
         "small": {"events": (100_000,)},
         "medium": {"events": (1_000_000,)},
-        "large": {"events": (1_000_000, 10_000_000)},
+        "large": {"events": (1_000_000, 10_000_000, 30_000_000)},
     },
     "scale": {
         "small": {"groups": 10, "consumers": 100, "processes": 2, "failovers": 1},

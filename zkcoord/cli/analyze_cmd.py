@@ -52,8 +52,10 @@ def analyze(
     malformed (wrong JSON, a missing core field, a field of the wrong type), incomplete or of a newer schema.
 
     \b
-    A RUN_DIR holds journal/*.jsonl (or is a journal directory itself).  Several runs (say a safe run and its
-    --unsafe contrast) are analysed separately and shown side by side.
+    A RUN_DIR holds journal/*.jsonl (or is a journal directory itself, or holds run
+    directories: a demo's "run directory" stands for its safe/ and unsafe/ runs).
+    Several runs (say a safe run and its --unsafe contrast) are analysed separately
+    and shown side by side.
     Writes OUT/tables/<table>/ (Parquet), OUT/verdict.json, OUT/report.html with PNG plots beside it.
     With --bench FILE: tabulates and plots a benchmark's JSON (any 'zkcoord bench' result) into OUT/bench.html.
     """

@@ -54,13 +54,24 @@ def out_option(name: str) -> Callable[[F], F]:
     )
 
 
+def _scratch_dir(_ctx: click.Context, _param: click.Parameter, path: Path | None) -> Path | None:
+    """``--dir``: created (with its parents) if it does not exist yet, as ``--out``'s directory is."""
+    if path is not None:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise click.BadParameter(f"cannot create {path}: {e.strerror}") from None
+    return path
+
+
 def _scratch_option(func: F) -> F:
     return click.option(
         "--dir",
         "scratch",
-        type=click.Path(file_okay=False, exists=True, path_type=Path),
+        type=click.Path(file_okay=False, path_type=Path),
         default=None,
-        help="Where to put the run's files  [default: a temporary directory, removed]",
+        callback=_scratch_dir,
+        help="Where to put the run's files (created if need be)  [default: a temporary directory, removed]",
     )(func)
 
 
