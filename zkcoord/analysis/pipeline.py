@@ -191,10 +191,16 @@ def _read_counts(runs: Sequence[load.RunInput], stats: dict[str, Any]) -> dict[s
 def _analyse(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say) -> _Result:
     events, stats = _read(spark, runs, out, say)
     reads = _read_counts(runs, stats)
-    bounds = spark.createDataFrame(
-        [(name, int(stats[name]["first_ts"]), int(stats[name]["last_ts"])) for name in reads],
-        "run string, first_ts long, last_ts long",
-    )
+    # Built from literals, not with createDataFrame: a Python list becomes a Python RDD, which would need Python on
+    # every executor; this plan is Spark's alone (the executors need no Python, docs/analysis.md).
+    rows = [
+        F.struct(
+            F.lit(name).alias("run"),
+            *[F.lit(int(stats[name][key])).cast("long").alias(key) for key in ("first_ts", "last_ts")],
+        )
+        for name in reads
+    ]
+    bounds = spark.range(1).select(F.inline(F.array(*rows)))
     inputs = _Inputs(
         reads=reads,
         first_ts={name: int(stats[name]["first_ts"]) for name in reads},
