@@ -141,7 +141,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest first, so that the two workers finish together: the tests sharing one SparkSession (one unit of work,
+    """Longest first, so that the workers finish together: the tests sharing one SparkSession (one unit of work,
     see :mod:`tests.scheduling`), then the other tests that start Spark (whole demos), then the slow ones, then the
     rest, each part in collection order."""
     for item in items:

@@ -1,4 +1,4 @@
-"""How ``make test`` spreads the suite over its two pytest-xdist workers.
+"""How ``make test`` spreads the suite over its pytest-xdist workers.
 
 pytest-xdist's own ``--dist loadgroup`` groups tests by renaming their node ids (``item._nodeid``), which pytest 9.2
 no longer reads (a node's id is ``item._id``): the groups silently came apart, the tests that share one SparkSession
