@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-import time
+import threading
 from collections.abc import Mapping
 
 from zkcoord.protocol.assignors import range_assign
@@ -30,7 +30,7 @@ class Flaky:
         if mode == "raise":
             raise RuntimeError("this assignor is broken on purpose")
         if mode == "hang":
-            time.sleep(3600)
+            threading.Event().wait()  # never returns: the leader's bound must end the wait, not this
         if mode == "exit":
             sys.exit(3)
         if mode == "huge":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.multihost import net
 from zkcoord.testbed.multihost.cluster import HOSTS_WORKLOAD, run_hosts
 from zkcoord.testbed.multihost.faults import HOST_FAULTS
+from zkcoord.testbed.procs import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -55,10 +55,7 @@ def test_a_partition_drops_packets_both_ways_and_heals() -> None:
         a, b, c = lab.add("a"), lab.add("b"), lab.add("c")
         server = subprocess.Popen([*a.enter, sys.executable, "-c", SERVER])
         try:
-            deadline = time.monotonic() + 10
-            while _connect(b, a) != "ok" and time.monotonic() < deadline:
-                time.sleep(0.1)  # the server starting; the deadline bounds it
-            assert _connect(b, a) == "ok"
+            wait_until(lambda: _connect(b, a) == "ok", 10, "the server on host a to accept", interval=0.1)
             net.drop_between([a], [b])
             # Dropped, not refused: the client hears nothing and times out, from either side; c is not cut.
             assert _connect(b, a) == "timeout"

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 from zkcoord.errors import ZkServerError
 from zkcoord.testbed.multihost.net import Host
+from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.zkserver import ZkServerConfig
 from zkcoord.zkserver.config import jvm_options
 from zkcoord.zkserver.util import find_java, find_zookeeper_classpath, server_mode
@@ -88,16 +88,20 @@ class HostEnsemble:
 
     def wait_for_quorum(self, timeout: float, among: Sequence[int] | None = None) -> int:
         """Block until every running server of ``among`` (default: all) serves under one leader; its index."""
-        deadline = time.monotonic() + timeout
         members = [i for i in (range(len(self.hosts)) if among is None else among) if self.running(i)]
-        while True:
-            modes = {i: self.mode(i) for i in members}
-            leaders = [i for i, m in modes.items() if m == "leader"]
-            if len(leaders) == 1 and all(m in _SERVING for m in modes.values()):
-                return leaders[0]
-            if time.monotonic() >= deadline:
-                raise ZkServerError(f"no ZooKeeper quorum on the hosts within {timeout:g} s: {modes}")
-            time.sleep(0.1)  # polling srvr between attempts; the deadline bounds it
+        modes: dict[int, str | None] = {}
+        leaders: list[int] = []
+
+        def serving() -> bool:
+            modes.update({i: self.mode(i) for i in members})
+            leaders[:] = [i for i, m in modes.items() if m == "leader"]
+            return len(leaders) == 1 and all(m in _SERVING for m in modes.values())
+
+        try:
+            wait_until(serving, timeout, "a quorum", interval=0.1)  # each probe asks every server `srvr`
+        except ProcessError:
+            raise ZkServerError(f"no ZooKeeper quorum on the hosts within {timeout:g} s: {modes}") from None
+        return leaders[0]
 
     def close(self) -> None:
         """Kill every server and close the logs.  Idempotent."""
