@@ -64,9 +64,13 @@ def test_seeds_parse_or_say_why_not() -> None:
     for bad in ("", "x", "1..", "..3", "7..3", "-1..2", "1.5", "0..5000", "1..2..3"):
         with pytest.raises(ConfigurationError):
             parse_seeds(bad)
-    for bad in ("", "x", "-1", "1e3", str(2**32)):
+    for bad in ("", "x", "-1", "1e3", str(2**32), "1_0", "+3", "\u0661"):
         with pytest.raises(ConfigurationError):
             parse_seed(bad)
+    # int() reads "1_0" as 10 and "\u0661" (an Arabic-Indic one) as 1: a seed is ASCII digits, as it is printed
+    for bad in ("1_0..12", "1..1_2", "\u0661..3", "+1..3"):
+        with pytest.raises(ConfigurationError):
+            parse_seeds(bad)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +82,9 @@ def test_seeds_parse_or_say_why_not() -> None:
         ("--seed", "-2"),
         ("--seed", "1", "--seeds", "1..2"),
         ("--nemesis", "random", "--scenario", "zombie"),
+        # with --seeds, a refused configuration is refused once, before any seed (not an ERROR line per seed)
+        ("--nemesis", "random", "--scenario", "zombie", "--seeds", "1..3"),
+        ("--seeds", "1..2", "--nemesis", "random", "--scenario", "migration", "--no-contrast"),
     ],
 )
 def test_bad_seed_input_is_one_error_line(args: tuple[str, ...], tmp_path: os.PathLike[str]) -> None:

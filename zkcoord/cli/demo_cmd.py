@@ -131,22 +131,28 @@ def demo(
     variants = [True] if unsafe else ([False, True] if contrast else [False])
     workload = Workload(session_timeout_s=session_timeout, rate=rate, rebalance=rebalance)
 
+    def config(seed: int, into: Path, unsafe_variant: bool) -> RunConfig:
+        return RunConfig(
+            run_dir=into / ("unsafe" if unsafe_variant else "safe"),
+            scenario=scenario,
+            duration_s=duration,
+            seed=seed,
+            ensemble=ensemble,
+            zk=zk,
+            unsafe=unsafe_variant,
+            workload=workload,
+            nemesis=nemesis,
+        )
+
+    # What a run's configuration refuses (the random nemesis with a --scenario, say) is refused here, once, before
+    # anything starts: inside --seeds' loop it would be an ERROR line per seed.
+    config(seeds[0] if seeds is not None else seed, base, variants[0])
+
     def one(seed: int, into: Path) -> tuple[list[RunResult], Verdict]:
         results: list[RunResult] = []
         for unsafe_variant in variants:
-            label = "unsafe" if unsafe_variant else "safe"
-            config = RunConfig(
-                run_dir=into / label,
-                scenario=scenario,
-                duration_s=duration,
-                seed=seed,
-                ensemble=ensemble,
-                zk=zk,
-                unsafe=unsafe_variant,
-                workload=workload,
-                nemesis=nemesis,
-            )
-            results.append(run_scenario(config, say=lambda line: click.echo(line, err=True)))
+            run = config(seed, into, unsafe_variant)
+            results.append(run_scenario(run, say=lambda line: click.echo(line, err=True)))
         click.echo("computing the verdict from the journals (Spark)...", err=True)
         # Imported here: PySpark takes a second to import, which no other command should pay for.
         from zkcoord.analysis import run_analysis  # noqa: PLC0415
@@ -194,6 +200,7 @@ def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunRes
     failing: a :class:`ZkCoordError`) is reported as ``ERROR`` with the reason and the next seed runs.  Exits 1 if a
     safe run of any seed is not PASS, or a seed ended in an error."""
     lines: list[dict[str, Any]] = []
+    base.mkdir(parents=True, exist_ok=True)  # seeds.json is written there even when the first seed ends in an error
     for seed in seeds:
         try:
             results, verdict = one(seed, base / f"seed-{seed}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -127,14 +128,17 @@ def draw_schedule(seed: int, duration_s: float, kinds: Sequence[str] = tuple(FAU
     return Schedule(seed, duration_s, tuple(steps))
 
 
+#: A seed as written: ASCII digits only (``int()`` would also take ``1_0`` for 10, or other scripts' digits).
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def parse_seeds(text: str) -> range:
     """``"7"`` or ``"A..B"`` (inclusive) as a range of seeds; raises :class:`ConfigurationError` on anything else."""
     lo, sep, hi = text.strip().partition("..")
-    try:
-        first = int(lo)
-        last = int(hi) if sep else first
-    except ValueError:
-        raise ConfigurationError(f"--seeds takes N or A..B (integers), got {text!r}") from None
+    if not _DIGITS.fullmatch(lo) or (sep and not _DIGITS.fullmatch(hi)):
+        raise ConfigurationError(f"--seeds takes N or A..B (integers from 0), got {text!r}")
+    first = int(lo)
+    last = int(hi) if sep else first
     if not 0 <= first <= last <= MAX_SEED:
         raise ConfigurationError(f"--seeds A..B needs 0 <= A <= B <= {MAX_SEED}, got {text!r}")
     if last - first + 1 > MAX_SEEDS:
@@ -144,10 +148,9 @@ def parse_seeds(text: str) -> range:
 
 def parse_seed(text: str) -> int:
     """One seed, ``0..2**32-1``; raises :class:`ConfigurationError` otherwise."""
-    try:
-        seed = int(text.strip())
-    except ValueError:
-        raise ConfigurationError(f"--seed takes an integer, got {text!r}") from None
+    if not _DIGITS.fullmatch(text.strip()):
+        raise ConfigurationError(f"--seed takes an integer within 0..{MAX_SEED}, got {text!r}")
+    seed = int(text.strip())
     if not 0 <= seed <= MAX_SEED:
         raise ConfigurationError(f"--seed must be within 0..{MAX_SEED}, got {seed}")
     return seed
