@@ -180,6 +180,8 @@ def demo(
             )
             for problem in r.problems:
                 click.echo(f"  problem: {problem}")
+            for skipped in r.skipped:
+                click.echo(f"  skipped (nothing to inject into): {skipped}")
         click.echo("")
         click.echo(verdict.table())
         click.echo(f"\nrun directory: {base}  (report: {base / 'analysis' / 'report.html'})")
@@ -228,7 +230,9 @@ def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[
     for r in results:
         run = verdict.run(r.run_dir.name)
         broken = {p.key: p.count for p in run.properties if not p.ok}
-        entry["runs"][run.run] = {"status": run.status, "broken": broken, "problems": r.problems, **r.nemesis}
+        entry["runs"][run.run] = {
+            **r.nemesis, "status": run.status, "broken": broken, "problems": r.problems, "skipped": r.skipped
+        }  # fmt: skip
         shown = f" ({', '.join(f'{k} {n}' for k, n in broken.items())})" if broken else ""
         parts.append(f"{run.run} {run.status}{shown}")
     first = results[0]
@@ -237,6 +241,9 @@ def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[
         parts.append(f"{n['faults']} faults, {n['overlapped']}/{n['overlapping']} two-at-once steps overlapped")
     else:
         parts.append(f"{sum(v for k, v in first.faults.items() if not k.startswith('point:'))} fault events")
+    skipped = [f"{r.run_dir.name} {len(r.skipped)}" for r in results if r.skipped]
+    if skipped:  # drawn (or scheduled) but not injected: not counted as overlapping either
+        parts.append(f"skipped: {', '.join(skipped)}")
     problems = sum(len(r.problems) for r in results)
     parts.append(f"{problems} problems" if problems else "no problems")
     parts.append(f"{sum(r.seconds for r in results):.0f}s")
