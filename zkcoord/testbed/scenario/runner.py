@@ -223,7 +223,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             for line in schedule.describe():
                 say(f"[{label}] {line}")
             progress(f"running the random nemesis for {config.duration_s:g}s with {schedule.faults} faults")
-            # The schedule's times count from the first record produced (starting the cluster takes a while).
+            # The schedule's times count from the producers' start, not the run's (starting the cluster takes a while).
             producing = time.monotonic()
             log = run_schedule(
                 cluster,
