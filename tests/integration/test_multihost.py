@@ -3,7 +3,8 @@ packets between hosts, the ensemble's leader killed; the verdict from the shared
 
 The verdict is the single-process reader's (``zkcoord.bench.analyze_python``, which ``tests/spark`` keeps in
 agreement with ``zkcoord analyze``): the same S1-S5 counts without starting Spark, so the run stays within the suite's
-budget.  Needs root, ``ip``, ``nsenter`` and ``iptables``: it is skipped, saying why, only where they are missing.
+budget; as ``zkcoord analyze``'s PASS, it needs every line usable.  Needs root, ``ip``, ``nsenter`` and
+``iptables``: it is skipped, saying why, only where they are missing.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger import Ledger
-from zkcoord.bench.analyze_python import python_verdict
+from zkcoord.bench.analyze_python import python_analysis
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.multihost import net
 from zkcoord.testbed.multihost.cluster import HOSTS_WORKLOAD, run_hosts
@@ -96,8 +97,9 @@ def test_partitions_between_hosts_keep_every_property_and_lose_nothing(tmp_path:
     assert any(e.ts_ms > cut.ts_ms for e in elected), "no coordinator elected after the cut"
     # 3 brokers, 4 consumers, 2 producers at least (each on a host of its own)
     assert len({(e.role, e.pid) for e in events if e.event == "process.started"}) >= 3 + 4 + 2
-    verdict = python_verdict(journal)
-    assert verdict == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5"), 0), verdict
+    verdict = python_analysis(journal)
+    assert verdict.counts == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5"), 0), verdict.counts
+    assert verdict.unusable == 0, "lines the verdict could not use: its zeros prove nothing"
     w = HOSTS_WORKLOAD
     for group, topics in ((w.static_group, {w.static_topic}), (w.wildcard_group, set(w.wildcard_topics))):
         ledger = Ledger.read(journal, group)

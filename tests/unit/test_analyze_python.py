@@ -12,11 +12,13 @@ from pathlib import Path
 
 from tests.spark.journals import (
     AT_RISK,
+    DAMAGE,
     EXPECTED,
     PROCESSED_EXPECTED,
     PROCESSED_GAP,
     at_risk_run,
     clean_run,
+    damaged_run,
     finish,
     mixed_groups_run,
     poll_timeout_run,
@@ -124,3 +126,14 @@ def test_commits_that_follow_the_work_are_judged_and_pass(tmp_path: Path) -> Non
         )
     found = python_analysis(tmp_path / "journal")
     assert (found.counts["S3-risk"], found.at_risk, found.commits_judged) == (0, [], 4)
+
+
+def test_lines_it_could_not_use_are_counted_so_zero_violations_prove_nothing_with_them(tmp_path: Path) -> None:
+    """As the Spark verdict's ``unusable`` (a run with any is INCONCLUSIVE, not PASS): malformed lines, lines of a
+    newer schema and range events without a valid range.  A torn last line and an unknown event type are expected."""
+    finish(clean_run(tmp_path / "clean"))
+    damaged_run(tmp_path / "damaged")
+    clean, damaged = python_analysis(tmp_path / "clean" / "journal"), python_analysis(tmp_path / "damaged" / "journal")
+    assert clean.unusable == 0
+    assert damaged.counts == dict.fromkeys(EXPECTED, 0), "the damage itself breaks no property: only its count shows"
+    assert damaged.unusable == DAMAGE["malformed"] + DAMAGE["newer_schema"] + DAMAGE["incomplete"]

@@ -6,17 +6,39 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from tests.cli import run_cli
+from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, Verdict
+from zkcoord.cli.demo_cmd import seed_summary
 from zkcoord.errors import ConfigurationError
 from zkcoord.runtime.faults import _armed, arm, disarm
-from zkcoord.testbed.scenario.faults import FAULTS
-from zkcoord.testbed.scenario.nemesis import draw_schedule, parse_seed, parse_seeds, resource
+from zkcoord.testbed.procs import wait_until
+from zkcoord.testbed.scenario import faults, nemesis
+from zkcoord.testbed.scenario.faults import FAULTS, Fault, Skipped
+from zkcoord.testbed.scenario.nemesis import (
+    Schedule,
+    Step,
+    draw_schedule,
+    parse_seed,
+    parse_seeds,
+    resource,
+    run_schedule,
+)
+from zkcoord.testbed.scenario.runner import RunResult
+
+if TYPE_CHECKING:
+    from zkcoord.testbed.scenario.cluster import RunCluster
 
 SEEDS = range(200)
 
@@ -64,9 +86,13 @@ def test_seeds_parse_or_say_why_not() -> None:
     for bad in ("", "x", "1..", "..3", "7..3", "-1..2", "1.5", "0..5000", "1..2..3"):
         with pytest.raises(ConfigurationError):
             parse_seeds(bad)
-    for bad in ("", "x", "-1", "1e3", str(2**32)):
+    for bad in ("", "x", "-1", "1e3", str(2**32), "1_0", "+3", "\u0661"):
         with pytest.raises(ConfigurationError):
             parse_seed(bad)
+    # int() reads "1_0" as 10 and "\u0661" (an Arabic-Indic one) as 1: a seed is ASCII digits, as it is printed
+    for bad in ("1_0..12", "1..1_2", "\u0661..3", "+1..3"):
+        with pytest.raises(ConfigurationError):
+            parse_seeds(bad)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +104,9 @@ def test_seeds_parse_or_say_why_not() -> None:
         ("--seed", "-2"),
         ("--seed", "1", "--seeds", "1..2"),
         ("--nemesis", "random", "--scenario", "zombie"),
+        # with --seeds, a refused configuration is refused once, before any seed (not an ERROR line per seed)
+        ("--nemesis", "random", "--scenario", "zombie", "--seeds", "1..3"),
+        ("--seeds", "1..2", "--nemesis", "random", "--scenario", "migration", "--no-contrast"),
     ],
 )
 def test_bad_seed_input_is_one_error_line(args: tuple[str, ...], tmp_path: os.PathLike[str]) -> None:
@@ -99,3 +128,55 @@ def test_a_fault_point_armed_and_not_fired_can_be_withdrawn(tmp_path: Path, monk
     arm(tmp_path, os.getpid(), "coordinator.before_start", "pause")
     assert _armed("coordinator.before_start") is not None  # it fires (the process acts on it)...
     assert disarm(tmp_path, os.getpid()) is False  # ...and is gone
+
+
+def test_a_skipped_fault_is_said_and_is_not_one_of_two_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault that finds nothing to inject into returns :class:`Skipped`: the log says so, nemesis.json lists it and
+    its step does not count as two faults at once (it started during the first, but injected nothing)."""
+    second_started = threading.Event()
+    at: list[float] = []
+
+    def first(cluster: object, rng: random.Random, say: Callable[[str], None]) -> str:
+        assert second_started.wait(10), "the second fault never started"
+        # in progress well past the second's start (the spans' times are rounded to 10 ms)
+        wait_until(lambda: time.monotonic() > at[0] + 0.1, 5, "the first fault to outlast the second", interval=0.02)
+        return "injected"
+
+    def second(cluster: object, rng: random.Random, say: Callable[[str], None]) -> str:
+        at.append(time.monotonic())
+        second_started.set()
+        return Skipped("nobody to kill")
+
+    fakes = {"first": Fault("first", "", first), "second": Fault("second", "", second)}
+    monkeypatch.setattr(nemesis, "FAULTS", fakes)
+    schedule = Schedule(1, 20.0, (Step(2.0, "first", 7, "second", 0.3),))
+    said: list[str] = []
+    problems: list[str] = []
+    cluster = cast("RunCluster", SimpleNamespace(run_dir=tmp_path))
+    log = run_schedule(cluster, schedule, started=time.monotonic(), say=said.append, problems=problems,
+                       pace=lambda offset: None)  # fmt: skip
+    assert problems == [] and "fault second skipped: nobody to kill" in said, said
+    assert log.skipped() == ["second: nobody to kill"]
+    assert log.overlapped() == 0, "a skipped fault counted as overlapping"
+    written = json.loads((tmp_path / "nemesis.json").read_text())
+    assert written["skipped"] == ["second: nobody to kill"] and written["overlapped"] == 0
+
+
+def test_a_coordinator_fault_waits_for_a_coordinator_rather_than_skipping() -> None:
+    """Under another fault (ZooKeeper restarting, a failover) there is a moment without a coordinator: the coordinator
+    faults wait it out (with a deadline) instead of giving up on the fault."""
+    answers = iter([None, None, 2])
+    cluster = cast(
+        "RunCluster", SimpleNamespace(coordinator=lambda: next(answers), workload=SimpleNamespace(session_timeout_s=3))
+    )
+    assert faults._coordinator(cluster) == 2
+
+
+def test_a_seed_line_says_what_was_skipped() -> None:
+    verdict = Verdict((RunVerdict("safe", "j", ReadCounts(1, 1, 1), tuple(
+        PropertyResult(k, t, 0) for k, t in PROPERTIES.items())),), "out")  # fmt: skip
+    result = RunResult(Path("r/safe"), unsafe=False, skipped=["network-cut: no proxied consumer"])
+    result.nemesis = {"seed": 3, "steps": 1, "faults": 2, "overlapping": 1, "overlapped": 0, "skipped": 1}
+    entry = seed_summary(3, [result], verdict)
+    assert entry["line"].startswith("seed 3: safe PASS; 2 faults, 0/1 two-at-once steps overlapped; skipped: safe 1;")
+    assert entry["runs"]["safe"]["skipped"] == ["network-cut: no proxied consumer"]

@@ -58,14 +58,12 @@ def ownership_figure(
     origin = data.first_ts.get(run, 0)
     rows = data.intervals.get(run, [])
     overlaps = data.overlaps.get(run, [])
-    if lanes is None:
-        seen: dict[Lane, None] = {}
-        for r in rows:
-            if len(seen) >= MAX_LANES:
-                break
-            seen.setdefault(_key(r), None)
-        lanes = list(seen)
     flagged = {_key(o) for o in overlaps}
+    caption = f"{len(lanes)} partitions shown" if lanes is not None else ""
+    if lanes is None:
+        lanes = _lanes(rows, flagged)
+        total = len({_key(r) for r in rows})
+        caption = f"{len(lanes)}{'' if total == len(lanes) else f' of {total}'} partitions shown"
     label = {lane: _lane_label(lane, lane in flagged) for lane in lanes}
     fig = go.Figure()
     by_consumer: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -117,7 +115,7 @@ def ownership_figure(
         _mark_focus(fig, data, run, focus, origin)
     height = max(260, 26 * len(lanes) + 140)
     fig.update_layout(
-        barmode="overlay", height=height, title=title or f"{run}: ownership ({len(lanes)} partitions shown)",
+        barmode="overlay", height=height, title=title or f"{run}: ownership ({caption})",
         xaxis_title="seconds since the run's first event", margin={"l": 10, "r": 10, "t": 40, "b": 40},
         legend={"font": {"size": 9}}, hovermode="closest",
     )  # fmt: skip
@@ -125,6 +123,16 @@ def ownership_figure(
     if window is not None:
         fig.update_xaxes(range=list(window))
     return fig
+
+
+def _lanes(rows: Sequence[dict[str, Any]], flagged: set[Lane]) -> list[Lane]:
+    """The partitions a run's timeline shows, in order of first appearance: every one with an overlap, then others up
+    to :data:`MAX_LANES` (the first ones seen alone would leave out an overlap on a partition met later, in a run whose
+    topics grew: the very lane the timeline is there to show)."""
+    order = list(dict.fromkeys(_key(r) for r in rows))
+    keep = {lane for lane in order if lane in flagged}
+    keep |= set([lane for lane in order if lane not in keep][: max(0, MAX_LANES - len(keep))])
+    return [lane for lane in order if lane in keep]
 
 
 def _mark_focus(fig: go.Figure, data: ReportData, run: str, v: Violation, origin: int) -> None:

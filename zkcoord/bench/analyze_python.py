@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.layout import topic_regex
-from zkcoord.runtime.journal import read_journal
+from zkcoord.runtime.journal import ReadStats, read_journal
 
 
 def _merge(spans: list[tuple[int, int]]) -> tuple[list[list[int]], list[tuple[int, int]]]:
@@ -113,16 +113,21 @@ class Journal:
     applied: list[tuple[int, int, int, dict[str, Any]]]
     #: command.sent: (ts, role, pid, fields), for the rows of S1
     sent: list[tuple[int, str, int, dict[str, Any]]]
+    #: lines the verdict could not use (malformed, of a newer schema, range events without a valid range): as the
+    #: Spark verdict's ``unusable``, a run with any cannot pass on counts of 0 alone
+    unusable: int = 0
 
 
 def _read(journal: Path) -> Journal:
     j = Journal(
         defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), defaultdict(list), {}, [], []
     )
-    for e in read_journal(journal):
+    stats = ReadStats()
+    for e in read_journal(journal, stats):
         f, ev, ts = e.fields, e.event, e.ts_ms
         if ev in _RANGES and not _usable_range(f):
-            continue  # the Spark reader's "incomplete"
+            j.unusable += 1  # the Spark reader's "incomplete"
+            continue
         if ev in ("records.consumed", "records.processed"):
             # handed out (consumed) or finished (processed) at at_ms if given, as tables.consumed_ranges
             ts = int(f["at_ms"]) if f.get("at_ms") is not None else ts
@@ -146,6 +151,7 @@ def _read(journal: Path) -> Journal:
                 j.applied.append((ts, e.pid, e.seq, f))
             elif ev == "command.sent":
                 j.sent.append((ts, e.role, e.pid, f))
+    j.unusable += stats.malformed + stats.newer_schema
     return j
 
 
@@ -435,6 +441,8 @@ class PythonAnalysis:
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     outside: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
+    #: lines that could not be used (:attr:`Journal.unusable`): counts of 0 with any of them prove nothing
+    unusable: int = 0
 
 
 def python_analysis(journal: Path) -> PythonAnalysis:
@@ -461,5 +469,5 @@ def python_analysis(journal: Path) -> PythonAnalysis:
     }
     return PythonAnalysis(
         counts, missing, frozenset(processing), at_risk, judged_commits,
-        deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale,
+        deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale, unusable=j.unusable,
     )  # fmt: skip

@@ -131,22 +131,28 @@ def demo(
     variants = [True] if unsafe else ([False, True] if contrast else [False])
     workload = Workload(session_timeout_s=session_timeout, rate=rate, rebalance=rebalance)
 
+    def config(seed: int, into: Path, unsafe_variant: bool) -> RunConfig:
+        return RunConfig(
+            run_dir=into / ("unsafe" if unsafe_variant else "safe"),
+            scenario=scenario,
+            duration_s=duration,
+            seed=seed,
+            ensemble=ensemble,
+            zk=zk,
+            unsafe=unsafe_variant,
+            workload=workload,
+            nemesis=nemesis,
+        )
+
+    # What a run's configuration refuses (the random nemesis with a --scenario, say) is refused here, once, before
+    # anything starts: inside --seeds' loop it would be an ERROR line per seed.
+    config(seeds[0] if seeds is not None else seed, base, variants[0])
+
     def one(seed: int, into: Path) -> tuple[list[RunResult], Verdict]:
         results: list[RunResult] = []
         for unsafe_variant in variants:
-            label = "unsafe" if unsafe_variant else "safe"
-            config = RunConfig(
-                run_dir=into / label,
-                scenario=scenario,
-                duration_s=duration,
-                seed=seed,
-                ensemble=ensemble,
-                zk=zk,
-                unsafe=unsafe_variant,
-                workload=workload,
-                nemesis=nemesis,
-            )
-            results.append(run_scenario(config, say=lambda line: click.echo(line, err=True)))
+            run = config(seed, into, unsafe_variant)
+            results.append(run_scenario(run, say=lambda line: click.echo(line, err=True)))
         click.echo("computing the verdict from the journals (Spark)...", err=True)
         # Imported here: PySpark takes a second to import, which no other command should pay for.
         from zkcoord.analysis import run_analysis  # noqa: PLC0415
@@ -174,6 +180,8 @@ def demo(
             )
             for problem in r.problems:
                 click.echo(f"  problem: {problem}")
+            for skipped in r.skipped:
+                click.echo(f"  skipped (nothing to inject into): {skipped}")
         click.echo("")
         click.echo(verdict.table())
         click.echo(f"\nrun directory: {base}  (report: {base / 'analysis' / 'report.html'})")
@@ -194,6 +202,7 @@ def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunRes
     failing: a :class:`ZkCoordError`) is reported as ``ERROR`` with the reason and the next seed runs.  Exits 1 if a
     safe run of any seed is not PASS, or a seed ended in an error."""
     lines: list[dict[str, Any]] = []
+    base.mkdir(parents=True, exist_ok=True)  # seeds.json is written there even when the first seed ends in an error
     for seed in seeds:
         try:
             results, verdict = one(seed, base / f"seed-{seed}")
@@ -221,7 +230,9 @@ def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[
     for r in results:
         run = verdict.run(r.run_dir.name)
         broken = {p.key: p.count for p in run.properties if not p.ok}
-        entry["runs"][run.run] = {"status": run.status, "broken": broken, "problems": r.problems, **r.nemesis}
+        entry["runs"][run.run] = {
+            **r.nemesis, "status": run.status, "broken": broken, "problems": r.problems, "skipped": r.skipped
+        }  # fmt: skip
         shown = f" ({', '.join(f'{k} {n}' for k, n in broken.items())})" if broken else ""
         parts.append(f"{run.run} {run.status}{shown}")
     first = results[0]
@@ -230,6 +241,9 @@ def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[
         parts.append(f"{n['faults']} faults, {n['overlapped']}/{n['overlapping']} two-at-once steps overlapped")
     else:
         parts.append(f"{sum(v for k, v in first.faults.items() if not k.startswith('point:'))} fault events")
+    skipped = [f"{r.run_dir.name} {len(r.skipped)}" for r in results if r.skipped]
+    if skipped:  # drawn (or scheduled) but not injected: not counted as overlapping either
+        parts.append(f"skipped: {', '.join(skipped)}")
     problems = sum(len(r.problems) for r in results)
     parts.append(f"{problems} problems" if problems else "no problems")
     parts.append(f"{sum(r.seconds for r in results):.0f}s")

@@ -48,7 +48,10 @@ def compose(project: str, duration: float, seed: int) -> None:
     except ZkCoordError as e:
         raise click.ClickException(str(e)) from e
     unsettled = [f for f in done if "did not settle" in f]
-    click.echo(f"{len(done)} faults, {len(unsettled)} unsettled; journal: {deployment.journal_dir}")
+    skipped = [f for f in done if ": skipped: " in f]
+    click.echo(
+        f"{len(done)} faults, {len(skipped)} skipped, {len(unsettled)} unsettled; journal: {deployment.journal_dir}"
+    )
     if unsettled:
         raise SystemExit(1)
 

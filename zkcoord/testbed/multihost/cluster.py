@@ -23,6 +23,7 @@ from zkcoord.testbed.multihost.net import Host, NetLab, drop_between, heal
 from zkcoord.testbed.multihost.zookeeper import HostEnsemble
 from zkcoord.testbed.procs import ChildProcess, ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
+from zkcoord.testbed.scenario.faults import Skipped
 
 #: a small workload: one producer per topic, two consumers in each of two groups
 HOSTS_WORKLOAD = Workload(
@@ -140,7 +141,8 @@ def run_hosts(
         cluster.start_producers()
         say(f"[hosts {time.monotonic() - started:5.1f}s] {len(cluster.lab.hosts)} hosts up")
         for kind in faults:
-            detail = HOST_FAULTS[kind].run(cluster, rng, say)
+            found = HOST_FAULTS[kind].run(cluster, rng, say)
+            detail = f"skipped: {found}" if isinstance(found, Skipped) else found
             result.done.append(f"{kind}: {detail}")
             say(f"[hosts {time.monotonic() - started:5.1f}s] {kind} done: {detail}")
         cluster.stop_producers()

@@ -29,6 +29,7 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.multihost.faults import HOST_FAULTS, Say, settle
 from zkcoord.testbed.multihost.net import Host, drop_between, heal
 from zkcoord.testbed.procs import ProcessError, wait_until
+from zkcoord.testbed.scenario.faults import Skipped
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver.util import server_mode
 
@@ -172,7 +173,8 @@ def run_compose(d: ComposeDeployment, duration_s: float, *, seed: int = 1, pause
                 say: Say = print) -> list[str]:  # fmt: skip
     """Inject faults drawn from ``seed`` for ``duration_s`` seconds, ``pause_s`` of plain producing between them;
     then stop the producer, wait until both groups consumed everything, and stop every container.  The faults done,
-    as ``kind: what happened`` (``kind: did not settle: ...`` for one whose aftermath missed its deadline).
+    as ``kind: what happened`` (``kind: did not settle: ...`` for one whose aftermath missed its deadline,
+    ``kind: skipped: ...`` for one that found nothing to inject into).
 
     :raises ProcessError: the groups did not drain, or docker failed."""
     rng = random.Random(seed)
@@ -182,7 +184,8 @@ def run_compose(d: ComposeDeployment, duration_s: float, *, seed: int = 1, pause
     while time.monotonic() - started < duration_s:
         kind = rng.choice(sorted(HOST_FAULTS))
         try:
-            detail = HOST_FAULTS[kind].run(d, rng, say)
+            result = HOST_FAULTS[kind].run(d, rng, say)
+            detail = f"skipped: {result}" if isinstance(result, Skipped) else result
         except ProcessError as e:  # reported, and the run goes on: a soak run shows every such fault
             detail = f"did not settle: {e}"
         finally:

@@ -10,7 +10,6 @@ another fault's "stable" waits for the group without them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import threading
@@ -25,7 +24,7 @@ from zkcoord.layout import legacy_paths, paths
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import CoordinatorInfo
 from zkcoord.runtime.journal import Journal
-from zkcoord.testbed.procs import ChildProcess, wait_until
+from zkcoord.testbed.procs import ChildProcess, ProcessError, wait_until
 from zkcoord.testbed.scenario.proxy import TcpProxy
 from zkcoord.zk import ZkClient, ZkConfig
 from zkcoord.zkserver import ZkServer, ZkServerConfig
@@ -215,8 +214,11 @@ class RunCluster:
         for proc in self.producers.values():
             proc.signal(signal.SIGTERM)
         for proc in self.producers.values():
-            with contextlib.suppress(Exception):
+            try:
                 proc.wait(15)
+            except ProcessError:  # stuck in its stop: killed, so that nothing is produced while the groups drain
+                proc.signal(signal.SIGKILL)
+                proc.wait(10)
 
     # --- what a fault needs to know ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from zkcoord.errors import ConfigurationError, ZkCoordError
 from zkcoord.testbed.scenario.cluster import RunCluster
-from zkcoord.testbed.scenario.faults import FAULTS
+from zkcoord.testbed.scenario.faults import FAULTS, Skipped
 
 Say = Callable[[str], None]
 
@@ -127,14 +128,17 @@ def draw_schedule(seed: int, duration_s: float, kinds: Sequence[str] = tuple(FAU
     return Schedule(seed, duration_s, tuple(steps))
 
 
+#: A seed as written: ASCII digits only (``int()`` would also take ``1_0`` for 10, or other scripts' digits).
+_DIGITS = re.compile(r"[0-9]+")
+
+
 def parse_seeds(text: str) -> range:
     """``"7"`` or ``"A..B"`` (inclusive) as a range of seeds; raises :class:`ConfigurationError` on anything else."""
     lo, sep, hi = text.strip().partition("..")
-    try:
-        first = int(lo)
-        last = int(hi) if sep else first
-    except ValueError:
-        raise ConfigurationError(f"--seeds takes N or A..B (integers), got {text!r}") from None
+    if not _DIGITS.fullmatch(lo) or (sep and not _DIGITS.fullmatch(hi)):
+        raise ConfigurationError(f"--seeds takes N or A..B (integers from 0), got {text!r}")
+    first = int(lo)
+    last = int(hi) if sep else first
     if not 0 <= first <= last <= MAX_SEED:
         raise ConfigurationError(f"--seeds A..B needs 0 <= A <= B <= {MAX_SEED}, got {text!r}")
     if last - first + 1 > MAX_SEEDS:
@@ -144,10 +148,9 @@ def parse_seeds(text: str) -> range:
 
 def parse_seed(text: str) -> int:
     """One seed, ``0..2**32-1``; raises :class:`ConfigurationError` otherwise."""
-    try:
-        seed = int(text.strip())
-    except ValueError:
-        raise ConfigurationError(f"--seed takes an integer, got {text!r}") from None
+    if not _DIGITS.fullmatch(text.strip()):
+        raise ConfigurationError(f"--seed takes an integer within 0..{MAX_SEED}, got {text!r}")
+    seed = int(text.strip())
     if not 0 <= seed <= MAX_SEED:
         raise ConfigurationError(f"--seed must be within 0..{MAX_SEED}, got {seed}")
     return seed
@@ -163,6 +166,8 @@ class _Span:
     ended_s: float = 0.0
     detail: str = ""
     error: str | None = None
+    #: the fault found nothing to inject into (:class:`~zkcoord.testbed.scenario.faults.Skipped`): ``detail`` says why
+    skipped: bool = False
 
 
 @dataclass
@@ -173,11 +178,19 @@ class NemesisLog:
     spans: list[_Span] = field(default_factory=list)
 
     def overlapped(self) -> int:
-        """Steps whose two faults really were in progress at once (the second started before the first ended)."""
+        """Steps whose two faults really were in progress at once: both injected (neither skipped) and the second
+        started before the first ended."""
         by_step: dict[int, list[_Span]] = {}
         for s in self.spans:
             by_step.setdefault(s.step, []).append(s)
-        return sum(len(v) == 2 and v[1].started_s < v[0].ended_s for v in by_step.values())
+        return sum(
+            len(v) == 2 and not (v[0].skipped or v[1].skipped) and v[1].started_s < v[0].ended_s
+            for v in by_step.values()
+        )
+
+    def skipped(self) -> list[str]:
+        """The faults that found nothing to inject into, as ``kind: why``."""
+        return [f"{s.kind}: {s.detail}" for s in self.spans if s.skipped]
 
     def write(self, path: Path) -> None:
         path.write_text(
@@ -187,6 +200,7 @@ class NemesisLog:
                     "described": self.schedule.describe(),
                     "ran": [asdict(s) for s in self.spans],
                     "overlapped": self.overlapped(),
+                    "skipped": self.skipped(),
                 },
                 indent=2,
             )
@@ -263,8 +277,9 @@ def _run_fault(
     """A fault thread's body: run one fault, note when it started and ended and what it did."""
     span.started_s = round(time.monotonic() - started, 2)
     try:
-        span.detail = FAULTS[kind].run(cluster, rng, say)
-        say(f"fault {kind} done: {span.detail}")
+        detail = FAULTS[kind].run(cluster, rng, say)
+        span.detail, span.skipped = str(detail), isinstance(detail, Skipped)
+        say(f"fault {kind} {'skipped' if span.skipped else 'done'}: {span.detail}")
     except ZkCoordError as e:  # a wait timed out, ZooKeeper refused: the run goes on, the problem is reported
         span.error = str(e)
         problems.append(f"{kind}: {e}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from zkcoord.errors import ConfigurationError
 from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
-from zkcoord.testbed.scenario.faults import FAULTS, STEPS
+from zkcoord.testbed.scenario.faults import FAULTS, STEPS, Skipped
 from zkcoord.testbed.scenario.nemesis import draw_schedule, run_schedule
 from zkcoord.testbed.scenario.strategy import OLD, STRATEGY_STEPS, check_switch
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
@@ -125,6 +125,8 @@ class RunResult:
     unsafe: bool
     faults: Counter[str] = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: the faults that found nothing to inject into (``kind: why``): drawn or scheduled, but not injected
+    skipped: list[str] = field(default_factory=list)
     produced: int = 0
     consumed: int = 0
     rebalances: int = 0
@@ -140,6 +142,7 @@ class RunResult:
             "unsafe": self.unsafe,
             "faults": dict(self.faults),
             "problems": self.problems,
+            "skipped": self.skipped,
             "produced": self.produced,
             "consumed": self.consumed,
             "rebalances": self.rebalances,
@@ -220,7 +223,7 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
             for line in schedule.describe():
                 say(f"[{label}] {line}")
             progress(f"running the random nemesis for {config.duration_s:g}s with {schedule.faults} faults")
-            # The schedule's times count from the first record produced (starting the cluster takes a while).
+            # The schedule's times count from the producers' start, not the run's (starting the cluster takes a while).
             producing = time.monotonic()
             log = run_schedule(
                 cluster,
@@ -231,12 +234,14 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
                 pace=lambda offset: _wait_until_time(producing, offset, lambda: progress("producing")),
             )
             _wait_until_time(producing, config.duration_s, lambda: progress("producing"))
+            result.skipped = log.skipped()
             result.nemesis = {
                 "seed": config.seed,
                 "steps": len(schedule.steps),
                 "faults": schedule.faults,
                 "overlapping": schedule.overlapping,
                 "overlapped": log.overlapped(),
+                "skipped": len(result.skipped),
             }
         else:
             progress(f"running scenario {scenario.name!r} for {config.duration_s:g}s with {len(order)} faults")
@@ -289,6 +294,10 @@ def _run_in_order(
         except ProcessError as e:
             result.problems.append(f"{kind}: {e}")
             say(f"[{label}] fault {kind} did not settle: {e}")
+            continue
+        if isinstance(detail, Skipped):
+            result.skipped.append(f"{kind}: {detail}")
+            say(f"[{label}] fault {kind} skipped: {detail}")
             continue
         say(f"[{label}] fault {kind} done: {detail}")
 

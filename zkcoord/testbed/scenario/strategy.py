@@ -20,7 +20,7 @@ from pathlib import Path
 
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.scenario.cluster import RunCluster
-from zkcoord.testbed.scenario.faults import Fault, Say, _left_cleanly, _settle
+from zkcoord.testbed.scenario.faults import Fault, Say, Skipped, _left_cleanly, _settle
 
 OLD = ("--protocol", "classic", "--assignors", "range")
 NEW = ("--protocol", "classic", "--assignors", "roundrobin,range")
@@ -31,7 +31,7 @@ def upgrade_strategy(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     group = cluster.workload.static_group
     old = [m for m in cluster.live_members(group) if m.kind == "classic-range"]
     if not old:
-        return "nothing left to upgrade"
+        return Skipped("nothing left to upgrade")
     member = rng.choice(old)
     member.proc.signal(signal.SIGTERM)
     _left_cleanly(member)

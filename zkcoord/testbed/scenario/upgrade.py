@@ -24,7 +24,7 @@ import signal
 from zkcoord.runtime.faults import arm
 from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import Member, RunCluster
-from zkcoord.testbed.scenario.faults import Fault, Say, _grace, _left_cleanly, _settle
+from zkcoord.testbed.scenario.faults import Fault, Say, Skipped, _grace, _left_cleanly, _settle
 from zkcoord.zkserver.util import is_stopped
 
 #: where a rebalance has revoked and not granted yet, on either path (the first one hit fires)
@@ -60,7 +60,7 @@ def upgrade_consumer(cluster: RunCluster, rng: random.Random, say: Say) -> str:
     (at once, as a rolling restart does), then wait for the group to settle."""
     member = _roll_out(cluster, rng)
     if member is None:
-        return "nothing left to upgrade"
+        return Skipped("nothing left to upgrade")
     _roll_in(cluster, member, say)
     _settle(cluster)
     return f"{_classic_left(cluster)} classic members left"
@@ -72,7 +72,7 @@ def _upgrade_with_coordinator_fault(cluster: RunCluster, rng: random.Random, say
     coordinator stops in."""
     member = _roll_out(cluster, rng)
     if member is None:
-        return "nothing left to upgrade"
+        return Skipped("nothing left to upgrade")
     _settle(cluster)
     broker = cluster.coordinator()
     if broker is None:
