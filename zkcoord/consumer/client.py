@@ -169,6 +169,8 @@ class Consumer:
             thread.start()
             self._threads.append(thread)
         self.core.watch_channel()
+        if self.config.rebalance == "consumer":
+            self.core.events.put(("assignment", None))  # read it, and watch it (zkcoord.consumer.assignment)
         if self.config.rebalance == "classic":
             self.handler.classic.watch()
         self.core.handoff.entered_poll()  # the poll interval runs from here: an application that never polls leaves

@@ -108,6 +108,11 @@ class GroupModel:
     have_current: set[str] = field(default_factory=set)
     have_target: set[str] = field(default_factory=set)
     channels: set[str] = field(default_factory=set)
+    #: whether ``assignment`` exists, and the members whose ``assignment/<m>`` does
+    assignment_root: bool = False
+    have_assignment: set[str] = field(default_factory=set)
+    #: members whose ``ack/<m>`` carries this coordinator's data watch (armed by a read, spent when it fires)
+    ack_watched: set[str] = field(default_factory=set)
     owner_topics: set[str] = field(default_factory=set)
     assignor: str = "uniform"
     #: the last target as a homogeneous uniform group, to compute the next on the change (:func:`next_target`)
