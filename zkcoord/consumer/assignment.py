@@ -8,7 +8,9 @@ of the znode is one command, named ``assignment-<mzxid>`` (:data:`~zkcoord.layou
 goes through the same judgement as a channel's (:func:`zkcoord.consumer.inbox.judge`): addressed to our group and
 registration, not older than what we applied, vouched for by the group's state, read with it in one round trip.
 
-A data watch always reads the newest write: a member that misses a write (two landed before it looked, or a read
+The heartbeat thread's lease round trip reads the assignment's stat, and a write newer than the last handled is
+read again (:meth:`AssignmentReader.heard`): a member that misses a fire still converges.  A read always sees the
+newest write: a member that misses a write (two landed before it looked, or a read
 failed and was retried) handles the newest, which is the coordinator's whole current word (an incremental start
 names the whole assignment, a stop names everything to give up).  The coordinator waits on the write it made last,
 so it is that one the member acknowledges.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.errors import NodeExistsError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import ASSIGNMENT_NAME
+from zkcoord.layout.commands import ASSIGNMENT_NAME, assignment_zxid
 from zkcoord.zk import Stat, WatchEvent
 
 
@@ -46,6 +48,21 @@ class AssignmentReader:
         self.c = core
         #: the session in which our ``ack/<c>`` was last known to exist (0: not known)
         self.ack_session = 0
+
+    def probe(self) -> str:
+        """What the heartbeat thread's lease round trip reads (``exists``): our assignment znode for the consumer
+        protocol (see :meth:`heard`), else our registration."""
+        c = self.c
+        consumer = c.config.rebalance == "consumer"
+        return (paths.assignment if consumer else paths.member)(c.config.group, c.consumer_id)
+
+    def heard(self, stat: Stat | None, done: str) -> None:
+        """The heartbeat thread's round trip read ``stat`` of :meth:`probe`: an assignment written after ``done`` (the
+        last write the command thread handled) is read again -- so a member that missed its watch's fire (the
+        one-shot watch spent, the event lost) still hears its assignment within a heartbeat, as KIP-848's heartbeat
+        response carries it.  Heartbeat thread; only enqueues."""
+        if self.c.config.rebalance == "consumer" and stat is not None and stat.mzxid > assignment_zxid(done):
+            self.c.events.put(("assignment", None))
 
     def _fired(self, _event: WatchEvent) -> None:
         self.c.events.put(("assignment", None))
