@@ -27,6 +27,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase
 from zkcoord.layout.kip848 import AssignmentAck
+from zkcoord.runtime.journal import JournalEvent
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient
 
@@ -94,7 +95,12 @@ def test_a_deposed_coordinators_assignment_is_refused_and_the_member_keeps_fetch
     with ExitStack() as stack:
         consumer = make(cluster, data, stack, rebalance="consumer")
         wait_until(polling([consumer], lambda: len(consumer.assignment()) == 2), 20, "the member fetching both")
-        [applied] = cluster.events("command.applied", consumer=consumer.consumer_id)
+
+        def applied_events() -> list[JournalEvent]:
+            return cluster.events("command.applied", consumer=consumer.consumer_id)
+
+        wait_until(lambda: bool(applied_events()), 10, "the start journalled as applied")
+        [applied] = applied_events()
         assert applied.fields["epoch"] == 2
         state_path = paths.group_state("g")
         state, stat = zk.get(state_path)

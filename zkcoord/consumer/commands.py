@@ -412,8 +412,11 @@ class CommandHandler:
         """
         if self.state.lost or self.c.incarnation is None:
             return
+        if self.state.parked is not None:
+            self.state.assignment_blocked = True  # read when the stop is finished (_on_revoke_done), not now
+            return
         written = self.assignment.read()
-        if written is None or written.name == self.state.assignment_done or self.state.parked is not None:
+        if written is None or written.name == self.state.assignment_done:
             return
         name, path = written.name, written.path
         admitted = judge(self.state, name, path, written.got, written.state, rewritten=True)
@@ -473,7 +476,8 @@ class CommandHandler:
         if assignment_zxid(stop.name) < 0 or self.state.channel_blocked:
             self.state.channel_blocked = False
             self.c.events.put(("channel", None))
-        if self.c.config.rebalance == "consumer":
+        if self.state.assignment_blocked:  # (its watch fired while the stop was parked; else nothing is newer)
+            self.state.assignment_blocked = False
             self.c.events.put(("assignment", None))
 
     # --- commits -------------------------------------------------------------------------------------------------

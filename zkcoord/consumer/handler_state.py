@@ -89,8 +89,9 @@ class HandlerState:
         self.leaving: int | None = None
         #: the last write of our assignment znode handled (applied, parked, awaited or refused): not handled again
         self.assignment_done = ""
-        #: a channel listing stopped at a parked stop: listed again when the stop is finished
+        #: a channel listing, or our assignment's watch, stopped at a parked stop: looked at again when it is finished
         self.channel_blocked = False
+        self.assignment_blocked = False
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in

@@ -316,8 +316,10 @@ def round_steps(model: GroupModel) -> list[MemberStep]:
                 current.assigned,  # not waiting on a command: it owns what it was given, nothing it gave up
                 _lookup(index),
             )
-            # A joiner (epoch 0) hears its assignment, an empty one too (Kafka calls onPartitionsAssigned with it).
-            announce = current.member_epoch == 0 and after.state is not MemberState.UNREVOKED_PARTITIONS
+            # A joiner (epoch 0) hears its assignment, an empty one too (Kafka calls onPartitionsAssigned with it) --
+            # but one whose target is all held by others hears nothing until its first grant: an empty start it
+            # would acknowledge first would only delay that grant (a write and an acknowledgement per join).
+            announce = current.member_epoch == 0 and after.state is MemberState.STABLE
             if after is current and not announce:
                 continue
             option: CommandOption | None = None
