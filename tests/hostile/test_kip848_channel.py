@@ -22,7 +22,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord.consumer import Consumer
 from zkcoord.data.topics import TopicAdmin
-from zkcoord.errors import CodecError, NoNodeError
+from zkcoord.errors import BadVersionError, CodecError, NoNodeError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase
@@ -102,8 +102,8 @@ def test_a_deposed_coordinators_assignment_is_refused_and_the_member_keeps_fetch
         wait_until(lambda: bool(applied_events()), 10, "the start journalled as applied")
         [applied] = applied_events()
         assert applied.fields["epoch"] == 2
+        wait_until(polling([consumer], lambda: cluster.state("g").phase is GroupPhase.STABLE), 10, "the group stable")
         state_path = paths.group_state("g")
-        state, stat = zk.get(state_path)
         registration = zk.exists(paths.member("g", consumer.consumer_id))
         assert registration is not None
         stale = Command(
@@ -115,10 +115,23 @@ def test_a_deposed_coordinators_assignment_is_refused_and_the_member_keeps_fetch
             int(time.time() * 1000),
             incarnation=registration.czxid,
         )
-        txn = zk.transaction()
-        txn.set_data(state_path, state, stat.version)
-        txn.set_data(paths.assignment("g", consumer.consumer_id), stale.encode())
-        zxid = txn.commit()[-1].mzxid
+        written: list[int] = []
+
+        def forge() -> bool:
+            # With a state write in the same transaction, as a coordinator writes; conditional on the state read, so
+            # a write of the live coordinator in between (a late step of the join) makes the test forge again.
+            state, stat = zk.get(state_path)
+            txn = zk.transaction()
+            txn.set_data(state_path, state, stat.version)
+            txn.set_data(paths.assignment("g", consumer.consumer_id), stale.encode())
+            try:
+                written.append(txn.commit()[-1].mzxid)
+            except BadVersionError:
+                return False
+            return True
+
+        wait_until(forge, 10, "the stale write landed")
+        zxid = written[0]
 
         def refused() -> bool:
             return _ack(zk, "g", consumer.consumer_id) == AssignmentAck(zxid, refused=True)
