@@ -22,7 +22,7 @@ from typing import Any
 from zkcoord.consumer.acks import acknowledge
 from zkcoord.errors import CodecError, NoNodeError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.commands import ASSIGNMENT_NAME, Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
 from zkcoord.layout.registrations import MemberRegistration, Pattern
 from zkcoord.zk import ZkClient, ZkConfig
@@ -66,7 +66,8 @@ class ScriptedConsumer:
         if not self.consumer_id:
             self.consumer_id = f"{self.group}_test-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
         self.zk = ZkClient(ZkConfig.from_string(self.hosts, session_timeout_s=self.session_timeout), name="scripted")
-        self._inbox: queue.Queue[list[str] | None] = queue.Queue()
+        #: channel listings, and (consumer protocol) writes of the assignment znode as ``(data, mzxid)``
+        self._inbox: queue.Queue[list[str] | tuple[bytes, int] | None] = queue.Queue()
         self._done: set[str] = set()
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"scripted-{self.consumer_id[-8:]}", daemon=True)
@@ -80,6 +81,11 @@ class ScriptedConsumer:
             self.register()
         self._thread.start()
         self.zk.watch_children(paths.channel(self.group, self.consumer_id), self._inbox.put)
+        if self.consumer_protocol:  # the consumer protocol's channel: one znode, read through a data watch
+            self.zk.watch_data(
+                paths.assignment(self.group, self.consumer_id),
+                lambda data, stat: None if stat is None else self._inbox.put((data or b"", stat.mzxid)),
+            )
         return self
 
     def register(self) -> None:
@@ -114,6 +120,9 @@ class ScriptedConsumer:
 
     def _run(self) -> None:
         while (children := self._inbox.get()) is not None:
+            if isinstance(children, tuple):
+                self._assignment(*children)
+                continue
             for name in sorted(children, key=lambda n: n[-10:]):
                 if name in self._done:
                     continue
@@ -131,6 +140,20 @@ class ScriptedConsumer:
                 if self.ack:
                     with contextlib.suppress(ZkError):
                         acknowledge(self.zk, path)
+
+    def _assignment(self, data: bytes, mzxid: int) -> None:
+        """A write of the assignment znode: applied, then acknowledged by one write of ``ack/<c>`` naming it, as the
+        consumer does (:mod:`zkcoord.consumer.assignment`)."""
+        name = f"{ASSIGNMENT_NAME}{mzxid}"
+        if name in self._done:
+            return
+        self._done.add(name)
+        command = self._apply(name, data)
+        if command is not None and command.option is CommandOption.STOP_FETCHER and self.stop_ack_delay_s:
+            time.sleep(self.stop_ack_delay_s)
+        if self.ack:
+            with contextlib.suppress(ZkError):
+                acknowledge(self.zk, f"{paths.assignment(self.group, self.consumer_id)}/{name}")
 
     def _apply(self, name: str, data: bytes) -> Command | None:
         try:

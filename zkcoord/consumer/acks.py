@@ -25,14 +25,34 @@ from __future__ import annotations
 import contextlib
 
 from zkcoord.errors import NoNodeError
-from zkcoord.layout.commands import encode_acknowledged
+from zkcoord.layout import paths
+from zkcoord.layout.commands import assignment_zxid, encode_acknowledged
+from zkcoord.layout.kip848 import AssignmentAck
 from zkcoord.zk import Transaction, ZkClient
+
+
+def assignment_ack(command: str, *, record: bool = True) -> tuple[str, bytes] | None:
+    """For a consumer-protocol assignment (``command`` is ``assignment/<c>/assignment-<zxid>``,
+    :mod:`zkcoord.consumer.assignment`): its acknowledgement znode and what to write there -- the zxid of the write
+    handled, ``refused`` unless ``record``; None for a command of a channel."""
+    parent, _, name = command.rpartition("/")
+    parsed = paths.member_record_of(parent, "assignment")
+    zxid = assignment_zxid(name)
+    if parsed is None or zxid < 0:
+        return None
+    return paths.ack(*parsed), AssignmentAck(zxid, refused=not record).encode()
 
 
 def add_acknowledgement(txn: Transaction, command: str, *, record: bool = True) -> None:
     """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it
     (unless not ``record``: a refused command is only deleted).  The transaction fails with
-    :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already."""
+    :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already.  A consumer-protocol assignment is
+    acknowledged by one write of its acknowledgement znode instead (:func:`assignment_ack`; it exists: the command
+    thread created it before applying the assignment)."""
+    ack = assignment_ack(command, record=record)
+    if ack is not None:
+        txn.set_data(*ack)
+        return
     txn.delete(command)
     channel, _, name = command.rpartition("/")
     recorded = encode_acknowledged(name) if record else None
@@ -46,6 +66,13 @@ def acknowledge(zk: ZkClient, command: str, *, record: bool = True) -> None:
 
     :raises ZkError: on I/O failure (the outcome may be unknown: acknowledging again is idempotent).
     """
+    ack = assignment_ack(command, record=record)
+    if ack is not None:
+        try:
+            zk.set(*ack)
+        except NoNodeError:
+            zk.create(ack[0], ack[1], makepath=True)
+        return
     txn = zk.transaction()
     add_acknowledgement(txn, command, record=record)
     with contextlib.suppress(NoNodeError):

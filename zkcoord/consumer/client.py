@@ -169,6 +169,8 @@ class Consumer:
             thread.start()
             self._threads.append(thread)
         self.core.watch_channel()
+        if self.config.rebalance == "consumer":
+            self.core.events.put(("assignment", None))  # read it, and watch it (zkcoord.consumer.assignment)
         if self.config.rebalance == "classic":
             self.handler.classic.watch()
         self.core.handoff.entered_poll()  # the poll interval runs from here: an application that never polls leaves
@@ -431,14 +433,16 @@ class Consumer:
         """
         interval = self.lease.duration_s / 4
         expired_reported = False
+        probe = self.handler.assignment.probe()  # our registration, or (consumer protocol) our assignment znode
         while not self._closing.wait(interval):
             valid_before = self.lease.valid()
             sent = self.clock()
             try:
-                self.zk.exists(paths.member(self.config.group, self.consumer_id))
+                stat = self.zk.exists(probe)
             except ZkError:
                 pass  # no acknowledgement: the lease is not renewed and will run out
             else:
+                self.handler.assignment.heard(stat, self.handler.state.assignment_done)
                 # A round trip in a *new* session says nothing about the one our assignment belongs to: until the
                 # command thread has handled the loss and registered again, the lease stays void.
                 if self.zk.session_id == self.core.registered_session:

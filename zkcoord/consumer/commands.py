@@ -41,19 +41,20 @@ from __future__ import annotations
 
 import logging
 
+from zkcoord.consumer.assignment import AssignmentReader
 from zkcoord.consumer.classic import ClassicLeader
 from zkcoord.consumer.commits import Closing, Commits, FinalCommit
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState, Rebalance
 from zkcoord.consumer.handoff import Change, ParkedStop
-from zkcoord.consumer.inbox import Wait, admit
+from zkcoord.consumer.inbox import Wait, admit, judge
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.consumer.registration import check_channel, check_registration, delete_own
 from zkcoord.consumer.starting import Starter
 from zkcoord.consumer.vouch import Admission
 from zkcoord.errors import AccessRefusedError, ConsumerIdInUseError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, CommandOption, command_sequence
+from zkcoord.layout.commands import Command, CommandOption, assignment_zxid, command_sequence
 from zkcoord.runtime.shutdown import RELEASE, StopReport
 from zkcoord.zk import ConnState
 
@@ -70,6 +71,8 @@ class CommandHandler:
         self.starter = Starter(self.state)
         #: the classic protocol's leader role (seed 001): answers the join records that name this member leader
         self.classic = ClassicLeader(core)
+        #: the consumer protocol's assignment znode (zkcoord.consumer.assignment)
+        self.assignment = AssignmentReader(core)
 
     @property
     def admission(self) -> Admission:
@@ -114,8 +117,8 @@ class CommandHandler:
                 # so the channel is listed again shortly (not this listing replayed: newer ones may have been
                 # handled meanwhile): an unacknowledged command is never stranded.
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
-                if kind == "channel":
-                    self.c.redeliver_later(("channel", None))
+                if kind in ("channel", "assignment"):
+                    self.c.redeliver_later((kind, None))
                 elif kind in (
                     "commit",
                     "legacy-claim",
@@ -143,10 +146,8 @@ class CommandHandler:
     def _handle(self, kind: str, arg: object) -> None:
         if kind in ("registration", "channel-node", "fenced"):
             self._on_own_znodes(kind, arg)
-        elif kind == "channel" and isinstance(arg, list):
-            self._on_channel(arg)
-        elif kind == "channel":  # redelivered after an error: as the channel is now
-            self._on_channel(self.c.zk.get_children(paths.channel(self.c.config.group, self.c.consumer_id)))
+        elif kind in ("assignment", "channel"):
+            self._on_command(kind, arg)
         elif kind == "state" and isinstance(arg, ConnState):
             self._on_state(arg)
         elif kind == "lease-expired" and isinstance(arg, int):
@@ -167,6 +168,14 @@ class CommandHandler:
             self.starter.claim_awaited(arg if isinstance(arg, str) else None)
         elif kind == "classic-join":
             self.classic.on_join(arg)
+
+    def _on_command(self, kind: str, arg: object) -> None:
+        if kind == "assignment":
+            self._on_assignment()
+        elif isinstance(arg, list):
+            self._on_channel(arg)
+        else:  # redelivered after an error: as the channel is now
+            self._on_channel(self.c.zk.get_children(paths.channel(self.c.config.group, self.c.consumer_id)))
 
     def _on_application(self, kind: str, arg: object) -> None:
         """What the application's side asks for: finish a parked stop, register again after leaving, leave."""
@@ -356,6 +365,8 @@ class CommandHandler:
         self.state.displaced = False
         self.state.lost = False
         self.state.wait_abandoned()
+        if c.config.rebalance == "consumer":
+            c.events.put(("assignment", None))  # the new registration's assignment (and its watch, in this session)
 
     # --- commands ------------------------------------------------------------------------------------------------
 
@@ -373,6 +384,7 @@ class CommandHandler:
                     self.state.ack(path, name)
                 continue
             if self.state.parked is not None:
+                self.state.channel_blocked = True
                 return  # nothing is applied after a stop the application has not finished (listed again then)
             admitted = admit(self.state, name, path)
             if isinstance(admitted, Wait):
@@ -389,6 +401,40 @@ class CommandHandler:
                 self.state.applied.add(name)  # awaiting partitions: acknowledged once they are all started
                 continue
             self.state.ack(path, name)
+
+    def _on_assignment(self) -> None:
+        """Our assignment znode changed (or is looked at again): judge its newest write and apply it as a channel's
+        command, acknowledged by one write (:mod:`zkcoord.consumer.assignment`).  A write handled already is not
+        applied again; nothing is applied while a stop is parked (read again when it is finished) or while we are
+        not registered (read again once we are).
+
+        :raises ZkError: on I/O failure (the event is redelivered; a write not acknowledged is handled again).
+        """
+        if self.state.lost or self.c.incarnation is None:
+            return
+        if self.state.parked is not None:
+            self.state.assignment_blocked = True  # read when the stop is finished (_on_revoke_done), not now
+            return
+        written = self.assignment.read()
+        if written is None or written.name == self.state.assignment_done:
+            return
+        name, path = written.name, written.path
+        admitted = judge(self.state, name, path, written.got, written.state, rewritten=True)
+        if isinstance(admitted, Wait):
+            return  # read again shortly
+        if admitted is not None:
+            command = admitted.command
+            if self.state.pending is not None and self.state.pending.name != name:
+                self.starter.supersede(self.state.pending)
+            if command.option is CommandOption.STOP_FETCHER:
+                if self._stop(path, command):
+                    self.state.assignment_done = name  # parked for the application, or acknowledged
+                    return
+            elif not self.starter.start(name, path, command, admitted.vouched):
+                self.state.assignment_done = name  # awaiting partitions: acknowledged once they are all started
+                return
+            self.state.ack(path, name)
+        self.state.assignment_done = name  # (refused: acknowledged as refused by judge)
 
     def _stop(self, path: str, command: Command) -> bool:
         """Apply a stop-fetcher (:meth:`HandlerState.stop`); True if it is parked for the application or was
@@ -426,7 +472,13 @@ class CommandHandler:
             # (a member that also gains hears its start later), as KIP-848's consumer calls onPartitionsAssigned
             # after every reconciliation, even with nothing added.
             self.c.handoff.announce(Change.ASSIGNED, [])
-        self.c.events.put(("channel", None))
+        # Commands behind the stop waited: in the assignment znode, or (a mixed group's) in the channel.
+        if assignment_zxid(stop.name) < 0 or self.state.channel_blocked:
+            self.state.channel_blocked = False
+            self.c.events.put(("channel", None))
+        if self.state.assignment_blocked:  # (its watch fired while the stop was parked; else nothing is newer)
+            self.state.assignment_blocked = False
+            self.c.events.put(("assignment", None))
 
     # --- commits -------------------------------------------------------------------------------------------------
 

@@ -87,6 +87,11 @@ class HandlerState:
         #: (not a reconnection); ``leaving``: the incarnation whose registration is still to be deleted
         self.left_for_poll = False
         self.leaving: int | None = None
+        #: the last write of our assignment znode handled (applied, parked, awaited or refused): not handled again
+        self.assignment_done = ""
+        #: a channel listing, or our assignment's watch, stopped at a parked stop: looked at again when it is finished
+        self.channel_blocked = False
+        self.assignment_blocked = False
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in

@@ -26,7 +26,8 @@ from zkcoord.consumer.registration import check_registration
 from zkcoord.consumer.vouch import beyond_target, vouch
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import Command, command_sequence
+from zkcoord.layout.commands import ASSIGNMENT_NAME, Command, command_sequence
+from zkcoord.zk import Stat
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,23 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
     got, state = c.zk.get_many([path, state_path])  # one round trip: the state vouches (zkcoord.consumer.vouch)
     if got is None:
         return None
+    return judge(handler, name, path, got, state)
+
+
+def judge(
+    handler: HandlerState,
+    name: str,
+    path: str,
+    got: tuple[bytes, Stat],
+    state: tuple[bytes, Stat] | None,
+    *,
+    rewritten: bool = False,
+) -> Admitted | Wait | None:
+    """:func:`admit`'s verdict on a command read (``got``) with its group's state: also the consumer protocol's
+    assignment znode's (``rewritten``: :func:`zkcoord.consumer.vouch.vouch`), whose ``path`` is
+    ``assignment/<c>/<name>`` (:mod:`zkcoord.consumer.assignment`)."""
+    c = handler.c
+    state_path = paths.group_state(c.config.group)
     try:
         command = Command.decode(got[0], path)
     except CodecError as e:
@@ -81,7 +99,7 @@ def admit(handler: HandlerState, name: str, path: str) -> Admitted | Wait | None
     kind, reason = judged if judged is not None else ("", None)
     vouched: dict[TopicPartition, str] = {}
     if not c.config.unsafe_no_fencing:
-        verdict = vouch(command, got[1], state, state_path)
+        verdict = vouch(command, got[1], state, state_path, rewritten=rewritten)
         if reason is None and verdict.wait is not None:
             _wait(handler, name, verdict.wait)
             return WAIT
@@ -126,4 +144,4 @@ def _wait(handler: HandlerState, name: str, why: str) -> None:
     if name not in handler.waiting:
         handler.waiting.add(name)
         handler.c.journal.emit("input.rejected", what="command not vouched for yet", path=name, reason=why)
-    handler.c.redeliver_later(("channel", None), delay=0.5)
+    handler.c.redeliver_later(("assignment" if name.startswith(ASSIGNMENT_NAME) else "channel", None), delay=0.5)

@@ -46,8 +46,12 @@ class Vouch:
     target: Mapping[str, Mapping[int, str]] | None = None
 
 
-def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, state_path: str) -> Vouch:
-    """Judge ``command`` (created with stat ``created``) against its group's ``state`` as read after it."""
+def vouch(
+    command: Command, created: Stat, state: tuple[bytes, Stat] | None, state_path: str, *, rewritten: bool = False
+) -> Vouch:
+    """Judge ``command`` (created with stat ``created``) against its group's ``state`` as read after it.
+    ``rewritten``: the command is a consumer-protocol assignment, rewritten in place: its last write (``mzxid``),
+    not its creation, is what a coordinator's transaction wrote with the state."""
     if state is None:
         return Vouch(wait="the group has no state to vouch for it")
     data, stat = state
@@ -55,7 +59,7 @@ def vouch(command: Command, created: Stat, state: tuple[bytes, Stat] | None, sta
         current = GroupState.decode(data, state_path)
     except CodecError as e:
         return Vouch(wait=f"the group's state is unreadable ({e.reason})")
-    if created.czxid > stat.mzxid:
+    if (created.mzxid if rewritten else created.czxid) > stat.mzxid:
         return Vouch(refused="forged: written after the group's state, by no coordinator")
     if command.epoch > current.epoch:
         return Vouch(refused=f"forged: coordinator epoch {command.epoch} > the group state's {current.epoch}")

@@ -87,7 +87,8 @@ class PhaseWriter:
         self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0
     ) -> tuple[int, list[tuple[str, int]]]:
         """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version and the
-        sequential znodes (the commands) created, in the order of ``ops``: each as ``(path, zxid)``, the zxid of the
+        sequential znodes (the commands) created, in the order of ``ops``, then each batch's consumer-protocol
+        assignments written (:func:`~zkcoord.layout.paths.assignment`): each as ``(path, zxid)``, the zxid of the
         transaction that created it (so its ``czxid``: a channel created after it is another channel than the one
         it was written into, :mod:`~zkcoord.coordinator.acks`).
 
@@ -123,6 +124,8 @@ class PhaseWriter:
                 # operations are the tail.
                 tail, zxid = result[-len(batch) :], result[-len(batch) - 1].mzxid
                 created += [(str(r), zxid) for op, r in zip(batch, tail, strict=True) if op.kind == "create_seq"]
+                # A consumer-protocol assignment is rewritten in place: the zxid names the write.
+                created += [(op.path, zxid) for op in batch if op.kind != "delete" and _assignment(op.path)]
             if isinstance(result, ZkError):
                 landed = start + offset
                 fenced = self._as_fenced(result)
@@ -178,6 +181,10 @@ class PhaseWriter:
         if self.fence.guards(error.path):
             return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
         return None
+
+
+def _assignment(path: str) -> bool:
+    return paths.member_record_of(path, "assignment") is not None
 
 
 def _add(txn: Transaction, op: Op) -> None:

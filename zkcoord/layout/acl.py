@@ -166,7 +166,13 @@ def _group_part(path: str) -> tuple[str, list[str]] | None:
 #: Directories of a group in which members create znodes (their registration, their channel, offsets, reset
 #: records, static instances): the member role gets CREATE on them.  ``instances`` also DELETE: a static member
 #: takes its instance znode over from its own previous session.
-_MEMBER_DIRS = {"ids": Perm.CREATE, "channel": Perm.CREATE, "offsets": Perm.CREATE, "resets": Perm.CREATE}
+_MEMBER_DIRS = {
+    "ids": Perm.CREATE,
+    "channel": Perm.CREATE,
+    "ack": Perm.CREATE,
+    "offsets": Perm.CREATE,
+    "resets": Perm.CREATE,
+}
 
 
 def acl_for(policy: AclPolicy, path: str, own: tuple[str, str] | None = None) -> list[Grant]:
@@ -177,10 +183,11 @@ def acl_for(policy: AclPolicy, path: str, own: tuple[str, str] | None = None) ->
 
     * ``/consumers/groups``: members CREATE (a group's first member creates its node);
     * ``<group>``: members CREATE (its member directories; see docs/security.md for what this cannot stop);
-    * ``<group>/{ids,channel,offsets,resets}`` and ``offsets/<t>``, ``resets/<t>``: members CREATE;
+    * ``<group>/{ids,channel,ack,offsets,resets}`` and ``offsets/<t>``, ``resets/<t>``: members CREATE;
       ``instances``: members CREATE and DELETE;
     * ``ids/<c>`` (ephemeral): its own member WRITE (re-registering); ``channel/<c>``: its own member WRITE (the
-      acknowledgement record) and DELETE (acknowledging = deleting a command) -- "its own" is the per-member id;
+      acknowledgement record) and DELETE (acknowledging = deleting a command), ``ack/<c>`` (the consumer protocol's
+      acknowledgement) likewise -- "its own" is the per-member id;
     * ``offsets/<t>/<p>``, ``resets/<t>/<p>``: members WRITE (a partition's owner changes between members);
     * ``classic/sync``: members WRITE (the classic protocol's leader, whichever member the generation names);
     * anything else (commands, owners, state, KIP-848 records, brokers, topics, configs, election znodes): read-only
@@ -210,7 +217,7 @@ def acl_for(policy: AclPolicy, path: str, own: tuple[str, str] | None = None) ->
         # the classic protocol's leader -- any member, chosen per generation -- writes the generation's assignment;
         # its transaction checks the join record's version, and the coordinator validates what it wrote
         return [*base, _digest(member, Perm.WRITE)]
-    if top in ("ids", "channel") and len(rest) == 2:
+    if top in ("ids", "channel", "ack") and len(rest) == 2:
         if own is None or own[0] != rest[1]:
             return base  # created for a member by someone else: only the member's own process can name it
         return [*base, _digest(own[1], Perm.WRITE if top == "ids" else Perm.WRITE | Perm.DELETE)]

@@ -213,6 +213,17 @@ def _decode_revoke(raw: Any, what: str, path: str | None, name: str = "revoke") 
 _RECORDABLE = re.compile(r"[!-~]{0,190}?([0-9]{10})")
 
 
+#: The name a consumer-protocol assignment goes by on the consumer's side: this prefix and the zxid of the write
+#: (``assignment-<mzxid>``): each write of the znode is one command.
+ASSIGNMENT_NAME = "assignment-"
+
+
+def assignment_zxid(name: str) -> int:
+    """The zxid in an assignment's name (:data:`ASSIGNMENT_NAME`); -1 if it is not one."""
+    digits = name[len(ASSIGNMENT_NAME) :]
+    return int(digits) if name.startswith(ASSIGNMENT_NAME) and digits.isascii() and digits.isdigit() else -1
+
+
 def command_sequence(name: str) -> int:
     """The sequence number ZooKeeper appended to a command's name (10 digits); -1 if there is none."""
     m = _RECORDABLE.fullmatch(name)

@@ -271,6 +271,36 @@ class TargetAssignment:
 # --- the codec's parts ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class AssignmentAck:
+    """A member's acknowledgement of its assignment znode (``ack/<m>``, written by the member): ``assignment`` is
+    the ``mzxid`` of the assignment it handled -- the zxid of the coordinator's transaction that wrote it, so it
+    names one write, never another (versions start over when a znode is created again; zxids never do).  ``refused``:
+    the member read it and did not apply it (malformed, stale, forged, meant for another registration); the
+    coordinator takes its command for lost and writes it again.
+
+    :raises ValueError: a negative zxid.
+    """
+
+    assignment: int
+    refused: bool = False
+
+    def __post_init__(self) -> None:
+        if self.assignment < 0:
+            raise ValueError(f"an assignment's zxid must be >= 0, got {self.assignment}")
+
+    def encode(self) -> bytes:
+        return dump_object({"version": FORMAT_VERSION, "assignment": self.assignment, "refused": self.refused})
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> Self:
+        what = "assignment acknowledgement"
+        obj = _load(what, data, path, ("assignment", "refused"))
+        assignment: int = get_field(obj, "assignment", int, what, path)
+        refused: bool = get_field(obj, "refused", bool, what, path)
+        return _build(cls, what, path, assignment=assignment, refused=refused)
+
+
 def encode_partitions(partitions: PartitionSet) -> dict[str, list[int]]:
     """``{topic: [partitions, ascending]}``, topics with none absent: one encoding per set."""
     return {t: sorted(ps) for t, ps in sorted(partitions.items())}

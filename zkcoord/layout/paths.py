@@ -107,6 +107,36 @@ def command_of(path: str) -> tuple[str, str, str] | None:
     return parts[0], parts[2], parts[3]
 
 
+def assignments_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/assignment"
+
+
+def assignment(group_name: str, consumer_id: str) -> str:
+    """A consumer-protocol member's assignment: the coordinator's last command to it, rewritten in place (one znode
+    per member, read through a data watch; ``docs/protocol.md``, "The assignment channel")."""
+    return f"{GROUPS}/{group_name}/assignment/{consumer_id}"
+
+
+def acks_root(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/ack"
+
+
+def ack(group_name: str, consumer_id: str) -> str:
+    """A consumer-protocol member's acknowledgement of its assignment (:class:`~zkcoord.layout.kip848.AssignmentAck`):
+    written by the member, watched by the coordinator."""
+    return f"{GROUPS}/{group_name}/ack/{consumer_id}"
+
+
+def member_record_of(path: str, kind: str) -> tuple[str, str] | None:
+    """``(group, consumer id)`` of a per-member record path ``<group>/<kind>/<consumer id>``, or None."""
+    if not path.startswith(f"{GROUPS}/"):
+        return None
+    parts = path[len(GROUPS) + 1 :].split("/")
+    if len(parts) != 3 or parts[1] != kind or not all(parts):
+        return None
+    return parts[0], parts[2]
+
+
 def owners_root(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/owners"
 

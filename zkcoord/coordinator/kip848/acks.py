@@ -1,6 +1,12 @@
-"""Acknowledgements in a consumer-protocol group: this design's heartbeat.  A member that deleted its command, with
-its channel's record of it (the rule of :mod:`zkcoord.coordinator.acks`), reports owning what it was assigned and
-nothing it was told to give up; a command deleted without that record was lost and is sent again.  A base of
+"""Acknowledgements in a consumer-protocol group: this design's heartbeat.  A member acknowledges its assignment
+znode (``assignment/<m>``, the command this coordinator last wrote to it) by writing ``ack/<m>``, naming the
+assignment by the zxid of the transaction that wrote it (:class:`~zkcoord.layout.kip848.AssignmentAck`); it then
+owns what it was assigned and nothing it was told to give up.  The coordinator follows each ``ack/<m>`` with a
+one-shot data watch, re-armed by the read that answers it.
+
+An acknowledgement counts only if it names the write in flight exactly: one naming an earlier write is stale (a
+retry landing late, a previous command's) and is ignored; one naming a later write (someone else rewrote the
+assignment), or marked refused, says the command was lost: it is written again.  A base of
 :class:`~zkcoord.coordinator.kip848.engine.Reconciler`, which supplies the rounds and the retries.
 
 Threads: the coordinator's worker thread; the watches it sets only enqueue.
@@ -8,22 +14,25 @@ Threads: the coordinator's worker thread; the watches it sets only enqueue.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from zkcoord.coordinator.acks import acknowledges
 from zkcoord.coordinator.commands import Op
-from zkcoord.coordinator.kip848.model import GroupModel, InFlight
+from zkcoord.coordinator.kip848.model import GroupModel
 from zkcoord.coordinator.metrics import Metrics
-from zkcoord.errors import CodecError, NoNodeError, ZkError
+from zkcoord.errors import CodecError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import CommandOption, decode_acknowledged
+from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.kip848 import AssignmentAck
 from zkcoord.runtime.journal import Journal
-from zkcoord.zk import WatchEvent, ZkClient
+from zkcoord.zk import Stat, WatchEvent, ZkClient
+
+log = logging.getLogger(__name__)
 
 
 class Acknowledgements(ABC):
-    """Following the commands of the consumer-protocol groups (worker thread only)."""
+    """Following the acknowledgements of the consumer-protocol groups (worker thread only)."""
 
     zk: ZkClient
     journal: Journal
@@ -46,46 +55,55 @@ class Acknowledgements(ABC):
 
     # --- acknowledgements ------------------------------------------------------------------------------------------
 
-    def _watch(self, model: GroupModel, commands: list[str]) -> None:
-        """Watch ``commands``; those already gone are looked at now."""
-        if not commands:
+    def _watch(self, model: GroupModel, members: list[str]) -> None:
+        """Arm the data watch on the ``ack/<m>`` of ``members`` that have none armed (one read each, pipelined), and
+        look at what those reads found: an acknowledgement may have landed before the watch."""
+        todo = sorted(m for m in set(members) if m not in model.ack_watched)
+        if not todo:
             return
+        ack_paths = [paths.ack(model.group, m) for m in todo]
+        reads: list[tuple[bytes, Stat] | None] = []
         try:
-            reads = self.zk.get_many(commands, watch=self.ack_watch)
+            for path, read in zip(ack_paths, self.zk.get_many(ack_paths, watch=self.ack_watch), strict=True):
+                # An absent znode takes no data watch: watch for its creation (the member creates it with its first
+                # acknowledgement); one created meanwhile is read now.
+                if read is None and self.zk.exists(path, watch=self.ack_watch) is not None:
+                    read = self.zk.get(path, watch=self.ack_watch)  # noqa: PLW2901
+                reads.append(read)
         except ZkError as e:
-            self._retry(model.group, f"cannot watch its commands: {e}")
+            self._retry(model.group, f"cannot watch its acknowledgements: {e}")
             return
-        for path, got in zip(commands, reads, strict=True):
-            parsed = paths.command_of(path)
-            if got is None and parsed is not None and self.models.get(model.group) is model:
-                inflight = model.inflight.get(parsed[1])
-                if inflight is not None and inflight.path == path:
-                    self._acknowledged(model, parsed[1], inflight)
+        model.ack_watched.update(todo)
+        for member, got in zip(todo, reads, strict=True):
+            if self.models.get(model.group) is not model:
+                return
+            self._check(model, member, got)
 
     def _watch_inflight(self, model: GroupModel) -> None:
-        self._watch(model, [i.path for i in model.inflight.values() if i.path is not None])
+        self._watch(model, [m for m, i in model.inflight.items() if i.path is not None])
 
-    def _acknowledged(self, model: GroupModel, member: str, inflight: InFlight) -> None:
-        """``member``'s command is gone: its acknowledgement if its channel records it (:mod:`~.acks`' rule), then
-        the member has reported what it owns and the group takes its next steps; if not, the command was lost and
-        is sent again."""
-        if inflight.path is None:
-            return  # not written yet: nothing can have deleted it
-        name = inflight.path.rsplit("/", 1)[1]
+    def _ack_fired(self, model: GroupModel, member: str) -> None:
+        """``ack/<m>``'s watch fired: read it again (which arms the watch again) and judge it."""
+        model.ack_watched.discard(member)
+        self._watch(model, [member])
+
+    def _check(self, model: GroupModel, member: str, got: tuple[bytes, Stat] | None) -> None:
+        """Judge ``member``'s acknowledgement as read (``got``; None: not written yet) against its command in
+        flight (module docstring)."""
+        inflight = model.inflight.get(member)
+        if inflight is None or inflight.path is None or got is None or not got[0]:
+            return  # nothing in flight, not written yet, or no acknowledgement yet
+        path = paths.ack(model.group, member)
         try:
-            data, stat = self.zk.get(paths.channel(model.group, member))
-            record = decode_acknowledged(data, paths.channel(model.group, member))
-            lost = "recreated" if inflight.zxid and stat.czxid > inflight.zxid else ""
-            if not lost and not acknowledges(record, name, name.rsplit("-", 1)[0]):
-                lost = "unacknowledged"
-        except NoNodeError:
-            lost = "deleted"
-            model.channels.discard(member)
-        except CodecError:
-            lost = "unreadable"
-        except ZkError as e:
-            self._retry(model.group, f"cannot check {member}'s acknowledgement: {e}")
+            ack = AssignmentAck.decode(got[0], path)
+        except CodecError as e:
+            # Not the member's (it writes only what it decodes): ignored, as a stale one is; the member's next
+            # acknowledgement overwrites it, and a revocation's deadline still runs.
+            self.journal.emit("input.rejected", what="assignment acknowledgement", path=path, reason=str(e))
             return
+        if ack.assignment < inflight.zxid:
+            return  # stale: an earlier assignment's (a retry that landed late): the one in flight is still due
+        lost = "refused" if ack.refused else "overwritten" if ack.assignment > inflight.zxid else ""
         del model.inflight[member]
         self._timers.pop(inflight.token, None)
         generation = inflight.generation

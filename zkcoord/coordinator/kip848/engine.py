@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter, command_prefix
+from zkcoord.coordinator.commands import Op, PhaseWriteError, PhaseWriter
 from zkcoord.coordinator.config import CoordinatorConfig
 from zkcoord.coordinator.kip848 import ops as ops_
 from zkcoord.coordinator.kip848 import store
@@ -51,7 +51,7 @@ from zkcoord.coordinator.kip848.model import (
 )
 from zkcoord.coordinator.metrics import Metrics
 from zkcoord.coordinator.snapshot import KnownRegistry, ReadResult
-from zkcoord.errors import NoNodeError, ZkError
+from zkcoord.errors import ZkError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_config import GroupConfig
@@ -62,7 +62,7 @@ from zkcoord.protocol.kip848 import Kip848Error
 from zkcoord.protocol.subscriptions import resolve
 from zkcoord.runtime.faults import fault_point
 from zkcoord.runtime.journal import Journal
-from zkcoord.zk import WatchEvent, WatchKind, ZkClient
+from zkcoord.zk import WatchEvent, ZkClient
 
 log = logging.getLogger(__name__)
 
@@ -236,20 +236,13 @@ class Reconciler(Acknowledgements, MemberChanges):
         self.models.pop(group, None)
 
     def on_ack(self, event: WatchEvent) -> bool:
-        """A watch on a command fired; False if the command is none of this engine's."""
-        parsed = paths.command_of(event.path)
+        """A watch on a member's ``ack/<m>`` fired; False if it is none of this engine's."""
+        parsed = paths.member_record_of(event.path, "ack")
         model = self.models.get(parsed[0]) if parsed else None
         if parsed is None or model is None:
             return False
-        member = parsed[1]
-        inflight = model.inflight.get(member)
-        if inflight is None or inflight.path != event.path:
-            return True
-        if event.kind is not WatchKind.DELETED:
-            self._watch(model, [event.path])  # a connection loss reset the watch
-            return True
         try:
-            self._acknowledged(model, member, inflight)
+            self._ack_fired(model, parsed[1])
         except Kip848Error as e:
             self._distrust(model.group, e)
         return True
@@ -338,26 +331,13 @@ class Reconciler(Acknowledgements, MemberChanges):
     def _round(self, model: GroupModel, ops: list[Op]) -> None:
         """Step every member that can move, and write it all (with ``ops``) in fenced transactions."""
         steps = round_steps(model)
-        if any(s.option is not None and s.member not in model.channels for s in steps):
-            # A member creates its own channel when it starts: list them before creating one for it.
-            try:
-                model.channels |= set(self.zk.get_children(paths.channel_root(model.group)))
-            except NoNodeError:
-                pass
-            except ZkError as e:
-                self._retry(model.group, f"cannot list the channels: {e}")
-                return
         commands: list[tuple[MemberStep, Command]] = []
         for step in steps:
             ops += ops_.current_op(model, step.member, step.after)
             ops += ops_.grant_ops(model, step)
             if step.option is not None:
                 command = ops_.command(model, step, self.epoch, self.wall_ms())
-                if step.member not in model.channels:
-                    ops.append(Op("create", paths.channel(model.group, step.member)))
-                    model.channels.add(step.member)
-                prefix = command_prefix(self.epoch, model.epochs.group_epoch, step.option)
-                ops.append(Op("create_seq", f"{paths.channel(model.group, step.member)}/{prefix}", command.encode()))
+                ops += ops_.assignment_ops(model, step.member, command)
                 commands.append((step, command))
                 model.inflight[step.member] = InFlight(step.option, None, 0)  # written below
         ops += ops_.cleanup_ops(model)
@@ -410,10 +390,11 @@ class Reconciler(Acknowledgements, MemberChanges):
                 pending_revocation=step.after.pending_revocation.count(),
                 granted=step.granted.count(),
             )
-        paths_written = [path for path, _ in created]
-        for (step, command), (path, zxid) in zip(commands, created, strict=True):
+        zxids = dict(created)
+        for step, command in commands:
             inflight = model.inflight[step.member]
-            inflight.path, inflight.zxid, inflight.sent_at = path, zxid, now
+            path = paths.assignment(model.group, step.member)
+            inflight.path, inflight.zxid, inflight.sent_at = path, zxids[path], now
             inflight.generation = command.generation
             partitions = sum(len(p) for p in command.ownership.values()) or sum(
                 len(p) for p in (command.revoke or {}).values()
@@ -432,7 +413,7 @@ class Reconciler(Acknowledgements, MemberChanges):
                 self._arm(model, step.member, inflight)
         if any(command.option is CommandOption.STOP_FETCHER for _, command in commands):
             fault_point("coordinator.mid_reconcile", self.journal)  # revocations written, none acknowledged
-        self._watch(model, paths_written)
+        self._watch(model, [step.member for step, _ in commands])
 
     def _arm(self, model: GroupModel, member: str, inflight: InFlight) -> None:
         """The revocation's deadline: the group's rebalance timeout plus the poll interval the member publishes (its

@@ -108,6 +108,11 @@ class GroupModel:
     have_current: set[str] = field(default_factory=set)
     have_target: set[str] = field(default_factory=set)
     channels: set[str] = field(default_factory=set)
+    #: whether ``assignment`` exists, and the members whose ``assignment/<m>`` does
+    assignment_root: bool = False
+    have_assignment: set[str] = field(default_factory=set)
+    #: members whose ``ack/<m>`` carries this coordinator's data watch (armed by a read, spent when it fires)
+    ack_watched: set[str] = field(default_factory=set)
     owner_topics: set[str] = field(default_factory=set)
     assignor: str = "uniform"
     #: the last target as a homogeneous uniform group, to compute the next on the change (:func:`next_target`)
@@ -311,8 +316,10 @@ def round_steps(model: GroupModel) -> list[MemberStep]:
                 current.assigned,  # not waiting on a command: it owns what it was given, nothing it gave up
                 _lookup(index),
             )
-            # A joiner (epoch 0) hears its assignment, an empty one too (Kafka calls onPartitionsAssigned with it).
-            announce = current.member_epoch == 0 and after.state is not MemberState.UNREVOKED_PARTITIONS
+            # A joiner (epoch 0) hears its assignment, an empty one too (Kafka calls onPartitionsAssigned with it) --
+            # but one whose target is all held by others hears nothing until its first grant: an empty start it
+            # would acknowledge first would only delay that grant (a write and an acknowledgement per join).
+            announce = current.member_epoch == 0 and after.state is MemberState.STABLE
             if after is current and not announce:
                 continue
             option: CommandOption | None = None

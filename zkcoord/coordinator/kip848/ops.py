@@ -51,10 +51,30 @@ def current_op(model: GroupModel, member: str, current: CurrentAssignment) -> li
 
 
 def drop_current_op(model: GroupModel, member: str) -> list[Op]:
-    if member not in model.have_current:
-        return []
-    model.have_current.discard(member)
-    return [Op("delete", paths.current(model.group, member))]
+    """A member gone for good: its current record and its assignment znode deleted (its acknowledgement znode is
+    its own: it deletes it when it closes, and the next coordinator ignores one that names no assignment)."""
+    ops = []
+    if member in model.have_assignment:
+        model.have_assignment.discard(member)
+        model.ack_watched.discard(member)
+        ops.append(Op("delete", paths.assignment(model.group, member)))
+    if member in model.have_current:
+        model.have_current.discard(member)
+        ops.append(Op("delete", paths.current(model.group, member)))
+    return ops
+
+
+def assignment_ops(model: GroupModel, member: str, command: Command) -> list[Op]:
+    """Write ``command`` into ``member``'s assignment znode (created the first time): the channel of this protocol,
+    one znode per member rewritten in place (``docs/protocol.md``, "The assignment channel")."""
+    g, ops = model.group, []
+    if not model.assignment_root:
+        ops.append(Op("create", paths.assignments_root(g)))
+        model.assignment_root = True
+    path, data = paths.assignment(g, member), command.encode()
+    ops.append(Op("set", path, data) if member in model.have_assignment else Op("create", path, data))
+    model.have_assignment.add(member)
+    return ops
 
 
 def grant_ops(model: GroupModel, step: MemberStep) -> list[Op]:

@@ -2,7 +2,7 @@
 
 A coordinator that takes a group over -- after a failover, a connection loss that left a write's outcome unknown,
 or the group's return from the classic path -- reads what the last writer left (:func:`load`): the epochs, every
-member's target and current assignment, and the commands still in the channels.  Those records are written only in
+member's target and current assignment, and the assignments not acknowledged yet.  Those records are written only in
 fenced transactions with the group's state (S1), each transaction whole or not at all, so what is read is a state
 some coordinator wrote, and the reconciliation carries on from it: nothing is stopped again.
 
@@ -25,9 +25,9 @@ from zkcoord.coordinator.plan import registry_vouched
 from zkcoord.coordinator.snapshot import ReadResult
 from zkcoord.errors import CodecError, NoNodeError
 from zkcoord.layout import paths
-from zkcoord.layout.commands import CommandOption
+from zkcoord.layout.commands import Command, CommandOption
 from zkcoord.layout.group_state import GroupPhase, GroupState
-from zkcoord.layout.kip848 import MAX_EPOCH, CurrentAssignment, GroupEpochs, MemberState, MemberTarget
+from zkcoord.layout.kip848 import MAX_EPOCH, AssignmentAck, CurrentAssignment, GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import PartitionSet
 from zkcoord.protocol.kip848 import Kip848Error, partition_epochs
 from zkcoord.zk import Stat, ZkClient
@@ -84,6 +84,7 @@ def load(
     currents_read = got[1 + len(target_names) :]
     state = snap.state
     channels = _channels(zk, group, sorted(model.channels & (set(members) | set(state.members if state else {}))))
+    assignments = _assignments(zk, model)
     why = distrust or _distrust(epochs_read, state)
     if not why and epochs_read is not None and state is not None:
         try:
@@ -100,7 +101,13 @@ def load(
             broken = _inconsistent(model, state.members, members)
             why = f"the records break KIP-848's rules: {broken}" if broken else ""
     if why or state is None:
-        epoch = max(state.generation if state else 0, _epoch_of(epochs_read), known_generation, channels.generation)
+        epoch = max(
+            state.generation if state else 0,
+            _epoch_of(epochs_read),
+            known_generation,
+            channels.generation,
+            assignments.generation,
+        )
         if epoch >= MAX_EPOCH:
             raise Kip848Error(f"group {group}'s generation {epoch} has reached KIP-848's limit ({MAX_EPOCH})")
         _rebuild(model, read, epoch)
@@ -111,7 +118,7 @@ def load(
     # A record of a member the state does not list is a fenced member's: the fence wrote the state without it and
     # kept the record, its partitions held until its grace ends (armed again by the caller, from now).
     model.fenced = {m: 0 for m in model.currents if m not in model.members}
-    _find_inflight(model, channels.pending)
+    _find_inflight(model, assignments)
     return model, ""
 
 
@@ -159,6 +166,55 @@ def _channels(zk: ZkClient, group: str, members: list[str]) -> Channels:
         if got is not None and match is not None:  # gone since the listing: acknowledged, nothing to wait for
             pending[member] = (f"{paths.channel(group, member)}/{name}", got[1].czxid, int(match.group(2)))
     return Channels(pending, highest)
+
+
+@dataclass(frozen=True, slots=True)
+class Assignments:
+    """What the members' assignment znodes hold: the commands not acknowledged, those refused, and the highest
+    generation any of them carries."""
+
+    pending: dict[str, InFlight]
+    refused: dict[str, CommandOption]
+    generation: int
+
+
+def _assignments(zk: ZkClient, model: GroupModel) -> Assignments:
+    """Read every ``assignment/<m>`` with its ``ack/<m>`` (and note in ``model`` which exist).  An assignment is in
+    flight unless its member's acknowledgement names its write (its ``mzxid``); one that does not decode is no
+    coordinator's (it is overwritten at the member's next step)."""
+    group = model.group
+    try:
+        names = zk.get_children(paths.assignments_root(group))
+    except NoNodeError:
+        return Assignments({}, {}, 0)
+    model.assignment_root, model.have_assignment = True, set(names)
+    got = zk.get_many([paths.assignment(group, m) for m in names] + [paths.ack(group, m) for m in names])
+    pending: dict[str, InFlight] = {}
+    refused: dict[str, CommandOption] = {}
+    highest = 0
+    for member, written, acked in zip(names, got[: len(names)], got[len(names) :], strict=True):
+        if written is None:
+            model.have_assignment.discard(member)
+            continue
+        try:
+            command = Command.decode(written[0], paths.assignment(group, member))
+        except CodecError:
+            continue
+        highest = max(highest, command.generation)
+        ack = None
+        if acked is not None and acked[0]:
+            try:
+                ack = AssignmentAck.decode(acked[0], paths.ack(group, member))
+            except CodecError:
+                ack = None
+        if ack is not None and ack.assignment == written[1].mzxid and not ack.refused:
+            continue  # acknowledged
+        if ack is not None and ack.assignment >= written[1].mzxid:
+            refused[member] = command.option  # refused, or overwritten by someone else since: written again
+            continue
+        path = paths.assignment(group, member)
+        pending[member] = InFlight(command.option, path, written[1].mzxid, generation=command.generation)
+    return Assignments(pending, refused, highest)
 
 
 def _distrust(epochs_read: tuple[bytes, Stat] | None, state: GroupState | None) -> str:
@@ -217,15 +273,16 @@ def _rebuild(model: GroupModel, read: ReadResult, epoch: int) -> None:
             model.must_stop.add(member)
 
 
-def _find_inflight(model: GroupModel, pending: Mapping[str, tuple[str, int, int]]) -> None:
-    """The commands a previous writer left unacknowledged in the members' channels: waited for as in flight (the
-    lowest of each member's: commands are applied in order; its deadline is armed by the caller, from now).  A
-    member left revoking with nothing in its channel may or may not have heard its stop: it is sent again (a stop
-    of what it no longer fetches is harmless)."""
-    for member, (path, czxid, generation) in pending.items():
+def _find_inflight(model: GroupModel, assignments: Assignments) -> None:
+    """The assignments a previous writer left unacknowledged: waited for as in flight (its deadline is armed by the
+    caller, from now); refused ones are written again.  A member left revoking with nothing in flight may or may not
+    have heard its stop: it is sent again (a stop of what it no longer fetches is harmless)."""
+    for member, inflight in assignments.pending.items():
         if member in model.members:
-            option = CommandOption.STOP_FETCHER if "-stop-" in path.rsplit("/", 1)[1] else CommandOption.START_FETCHER
-            model.inflight[member] = InFlight(option, path, czxid, generation=generation)
+            model.inflight[member] = inflight
+    for member, option in assignments.refused.items():
+        if member in model.members:
+            model.resend[member] = option
     for member, current in model.currents.items():
         if member in model.members and member not in model.inflight and current.pending_revocation:
             model.resend[member] = CommandOption.STOP_FETCHER
