@@ -254,11 +254,11 @@ class SharedData:
         return out
 
     def request_reset(self, request: ResetRequest) -> None:
+        """Replace our request (deleted and created again: the driver's children watch sees every request)."""
         path = paths.region_request(self.group, self.member)
-        try:
-            self.zk.set(path, request.encode())
-        except NoNodeError:
-            self.zk.create(path, request.encode(), makepath=True)
+        with contextlib.suppress(NoNodeError):
+            self.zk.delete(path)
+        self.zk.create(path, request.encode(), makepath=True)
 
     def requests(self, watch: Callable[[Any], None] | None = None) -> dict[str, ResetRequest]:
         out: dict[str, ResetRequest] = {}
