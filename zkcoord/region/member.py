@@ -45,6 +45,7 @@ from zkcoord.region.shared import RegionMismatchError, SharedData
 from zkcoord.region.states import ClientState
 from zkcoord.region.store import LocalStore
 from zkcoord.runtime.journal import Journal
+from zkcoord.runtime.shutdown import StopBudget, StopReport
 from zkcoord.zk import ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
@@ -153,17 +154,20 @@ class ConsistentRegion:
             self._threads.append(thread)
         return self
 
-    def close(self) -> None:
-        """Stop both threads, close the consumer (nothing is committed but what drains committed) and leave."""
+    def close(self, budget: StopBudget | None = None) -> StopReport:
+        """Stop both threads, close the consumer within ``budget`` (nothing is committed but what drains committed:
+        the next owner starts where the last checkpoint put it) and leave the region.  Returns the consumer's stop
+        report.  Idempotent."""
         self._stopping.set()
         with self._lock:
             self._lock.notify_all()
         for thread in self._threads:
-            thread.join(timeout=5)
-        self.consumer.close()
+            thread.join(timeout=2)
+        report = self.consumer.close(budget=budget)
         with contextlib.suppress(ZkError):
             self.shared.leave()
-        self.zk.stop()
+        self.zk.stop(timeout=1.0)
+        return report
 
     def __enter__(self) -> ConsistentRegion:
         return self.start()
