@@ -1,8 +1,8 @@
 """The demo's member application: a count and a sum per key of the records it processes, kept under the region.
 
-A record's number is :func:`value_of` its value (the producer writes ``<role>:<seq>:xxx``: the seq; anything else
-counts its length), so the analysis computes the exact aggregate of every produced record from the partition logs
-with the same function.  Threads: :meth:`process` on the region's process thread; :meth:`snapshot` and
+A record's number is :func:`value_of` its value (the producer writes ``<role>:<n>:xxx``: n, the field before the
+last colon; a value without it counts its length), so the analysis computes the exact aggregate of every produced
+record with the same function.  Threads: :meth:`process` on the region's process thread; :meth:`snapshot` and
 :meth:`restore` while processing is held (``zkcoord.region.member``); the lock only guards against a scrape.
 """
 
@@ -16,9 +16,9 @@ from zkcoord.consumer import ConsumerRecord
 
 def value_of(value: bytes) -> int:
     """The number a record adds to its key's sum."""
-    parts = value.split(b":", 2)
-    if len(parts) >= 2 and parts[1].isdigit():
-        return int(parts[1])
+    parts = value.split(b":")
+    if len(parts) >= 2 and parts[-2].isdigit():
+        return int(parts[-2])
     return len(value)
 
 

@@ -117,7 +117,7 @@ class RegionDriver:
         late = [r for r in self.shared.requests().values() if r.after >= (self.last_reset or 0)]
         merged = self.shared.read_merge(seq)
         if ok and not late and merged.complete and set(merged_members(self, seq)) == set(present):
-            self.journal.emit("region.completed", group=self.group, region=self.region, seq=seq, members=present)
+            self.journal.emit("region.completed", group=self.group, region=self.region, checkpoint=seq, members=present)
             previous, self.last_complete = self.last_complete, seq
             self.completed.append(seq)
             if previous is not None:
@@ -135,7 +135,7 @@ class RegionDriver:
             raise DriverFencedError(f"region {self.region!r}: another driver wrote an order: {e}") from e
         self.next_id += 1
         self.journal.emit(
-            "region.order", group=self.group, region=self.region, epoch=order.epoch, id=order.id, op=op, seq=seq,
+            "region.order", group=self.group, region=self.region, epoch=order.epoch, id=order.id, op=op, checkpoint=seq,
             members=members,
         )  # fmt: skip
         return order

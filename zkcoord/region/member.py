@@ -311,7 +311,9 @@ class ConsistentRegion:
                  "offsets": offsets_to_json(offsets), "state": state},
             )  # fmt: skip
             self.shared.contribute(Contribution(self.config.member, tuple(members), seq, offsets))
-            self._emit("region.checkpoint", seq=seq, members=members, offsets=offsets_to_json(offsets), state=state)
+            self._emit(
+                "region.checkpoint", checkpoint=seq, members=members, offsets=offsets_to_json(offsets), state=state
+            )
         finally:
             self._release()
 
@@ -338,13 +340,15 @@ class ConsistentRegion:
         self._throttle_end = self.clock() + self.config.throttle_s
         self._release()
         self._emit(
-            "region.reset", seq=seq, offsets=offsets_to_json({(t.topic, t.partition): o for t, o in targets.items()})
+            "region.reset",
+            checkpoint=seq,
+            offsets=offsets_to_json({(t.topic, t.partition): o for t, o in targets.items()}),
         )
 
     def _retire(self, seq: int) -> None:
         self.shared.retire(seq)
         self.store.retire(seq)
-        self._emit("region.retired", seq=seq)
+        self._emit("region.retired", checkpoint=seq)
 
     def _to_pending(self, reason: str, *, request: bool = True) -> None:
         """CR_RESET_PENDING: queued records dropped, polling stopped, assignments not sought, a reset requested
