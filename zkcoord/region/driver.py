@@ -71,6 +71,7 @@ class RegionDriver:
         """Read the last order and the merges: continue the id sequence with a higher epoch, the seq sequence after
         every merge, and take the newest complete merge as the last complete checkpoint.  :raises ZkError:"""
         self.shared.check_region()
+        self.shared.ensure_tree()
         order, self.version = self.shared.order()
         if order is not None:
             self.epoch, self.next_id = order.epoch + 1, order.id + 1

@@ -90,8 +90,7 @@ class SharedData:
         :raises RegionMismatchError: :raises MemberNameInUseError: :raises CodecError: the region znode is corrupt.
         """
         self.check_region()
-        for parent in ("members", "acks", "requests", "merges", "initial"):
-            self.zk.ensure_path(f"{paths.region_root(self.group)}/{parent}")
+        self.ensure_tree()
         path = paths.region_member(self.group, self.member)
         deadline = time.monotonic() + wait_s
         while True:
@@ -108,6 +107,11 @@ class SharedData:
                 gone = threading.Event()
                 if self.zk.exists(path, watch=_setter(gone)) is not None:
                     gone.wait(max(0.0, min(1.0, deadline - time.monotonic())))
+
+    def ensure_tree(self) -> None:
+        """The region's containers (after :meth:`check_region`); idempotent."""
+        for parent in ("members", "acks", "requests", "merges", "initial"):
+            self.zk.ensure_path(f"{paths.region_root(self.group)}/{parent}")
 
     def leave(self) -> None:
         with contextlib.suppress(NoNodeError):
