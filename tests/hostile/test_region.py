@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_coordinator import Cluster
-from tests.integration.test_region import Member, _closing, produce
+from tests.integration.test_region import Member, _closing, produce, state_of
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
@@ -97,7 +97,7 @@ def test_a_checkpoint_missing_from_the_store_fails_the_reset_and_the_member_wait
         m1.region.store.retire(1)  # the local copy is gone, the merge is complete
         with pytest.raises(RegionError, match="checkpoint 1 is not in the local store"):
             m1.region.reset(1)
-        assert m1.region.state is ClientState.CR_RESET_PENDING
+        assert state_of(m1) is ClientState.CR_RESET_PENDING
         m1.region.reset_to_initial()  # the next reset brings it back
-        assert m1.region.state is ClientState.RESET_COMPLETE
+        assert state_of(m1) is ClientState.RESET_COMPLETE
         wait_until(lambda: m1.app.processed == 20, 20, "processed again from the initial state")
