@@ -22,6 +22,7 @@ from zkcoord.region.config import RegionConfig
 from zkcoord.region.driver import RegionDriver
 from zkcoord.region.member import ConsistentRegion, RegionError
 from zkcoord.region.orders import OrderFollower
+from zkcoord.region.positions import start_offset
 from zkcoord.region.shared import MergeTimeoutError, RegionMismatchError, SharedData
 from zkcoord.region.states import ClientState
 from zkcoord.runtime.journal import Journal
@@ -297,3 +298,23 @@ def test_every_client_state_transition(cluster: Cluster, tmp_path: Path) -> None
         assert state_of(again) is ClientState.CR_RESET_PENDING
         requests = SharedData(cluster.admin_zk, "g", "r1", "driver").requests()
         assert requests["m1"].after == 1 and "running region" in requests["m1"].reason
+
+
+def test_each_start_position(cluster: Cluster, tmp_path: Path) -> None:
+    """beginning, end, committed (else the log start) and timestamp (else the log end) give a partition's first
+    position; never a fixed offset."""
+    data = tmp_path / "data"
+    with PartitionWriter(data, "t", 0) as writer:
+        writer.append_batch([(b"k", b"p:0:", 1_000)] * 10)
+        writer.append_batch([(b"k", b"p:0:", 2_000)] * 10)
+    zk = cluster.admin_zk
+
+    def at(position: str, timestamp: int | None = None) -> int:
+        config = RegionConfig("r1", "m1", tmp_path, start_position=position, start_timestamp_ms=timestamp)  # type: ignore[arg-type]
+        return start_offset(config, data, zk, "g", ("t", 0))
+
+    assert (at("beginning"), at("end")) == (0, 20)
+    assert (at("timestamp", 1_500), at("timestamp", 0), at("timestamp", 9_999)) == (10, 0, 20)
+    assert at("committed") == 0  # nothing committed: the log start
+    zk.create(paths.offset("g", "t", 0), b"13", makepath=True)
+    assert at("committed") == 13
