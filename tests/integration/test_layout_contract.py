@@ -193,7 +193,6 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.broker()
     TopicAdmin(run.zk).create("t", 4)
     producer = run.producer("t", 2_000, 2_000)
-    region = start_region(run)  # a consistent region's tree: region/...
     run.consumer("eager", "t")
     run.consumer("incr", "t", extra=("--rebalance", "incremental"))
     configured = run_cli("group", "config", "set", "incr", "assignor=uniform", "--zk", run.hosts)
@@ -212,6 +211,7 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.wait_members("mig", 1)
     run.wait_members("kip", 1)
     run.wait_members("cls", 1)
+    region = start_region(run)  # a consistent region's tree: region/... (after the groups above settled: load)
     assert producer.wait(60) == 0
     for group in ("eager", "incr", "old", "mig", "reset", "kip", "cls"):
         run.wait_consumed_all(group, {"t"})
