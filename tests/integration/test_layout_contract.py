@@ -36,7 +36,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import decode_acknowledged
 from zkcoord.layout.znodes import encode_int
 from zkcoord.runtime.journal import read_journal
-from zkcoord.testbed.procs import wait_until
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient
 
 pytestmark = pytest.mark.integration
@@ -129,6 +129,45 @@ def walk(zk: ZkClient, path: str = "/") -> Iterator[tuple[str, int]]:
         yield from walk(zk, full)
 
 
+def start_region(run: Run) -> list[ChildProcess]:
+    """A driver and two members of a consistent region on group ``reg``; the second starts once the driver gave a
+    first order, into the running region, so it requests a reset (requests/)."""
+    ids = ["--zk", run.hosts, "--session-timeout", run.session, "--journal", str(run.journal)]
+    driver = ChildProcess(
+        ["region", "driver", "--group", "reg", "--region", "r1", "--members", "m1,m2", "--interval", "0.5", *ids],
+        run.root / "region-driver.log",
+    )
+    run.stack.enter_context(driver)
+    procs = [driver]
+    for name in ("m1", "m2"):
+        proc = ChildProcess(
+            ["region", "member", "--group", "reg", "--topic", "t", "--region", "r1", "--member-name", name,
+             "--store-dir", str(run.root / "store"), "--data-dir", str(run.data), *ids],
+            run.root / f"region-{name}.log",
+        )  # fmt: skip
+        run.stack.enter_context(proc)
+        procs.append(proc)
+        wait_until(lambda: run.zk.exists(paths.region_control("reg")) is not None, 30, "a first region order")
+    return procs
+
+
+def wait_region(run: Run, procs: list[ChildProcess]) -> list[tuple[str, int]]:
+    """Until m2 requested a reset and a checkpoint is complete (merges/<seqId>/<name> stays until retired); then the
+    region's tree as walked, and its processes stopped (they load the machine during the timing-sensitive part)."""
+    wait_until(lambda: run.zk.exists(paths.region_request("reg", "m2")) is not None, 30, "m2's reset request")
+
+    def completed() -> bool:
+        return any(e.event == "region.completed" for e in read_journal(run.journal))
+
+    wait_until(completed, 60, "a complete region checkpoint", interval=0.25)
+    seen = [(paths.group("reg"), 0), *walk(run.zk, paths.group("reg"))]
+    for proc in procs:
+        proc.signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(20)
+    return seen
+
+
 def test_the_documented_trees_parse() -> None:
     layout = {d.path: d.kind for d in documented_layout(DOC.read_text())}
     assert layout["/brokers/ids/<brokerId>"] == "ephemeral"
@@ -172,9 +211,11 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.wait_members("mig", 1)
     run.wait_members("kip", 1)
     run.wait_members("cls", 1)
+    region = start_region(run)  # a consistent region's tree: region/... (after the groups above settled: load)
     assert producer.wait(60) == 0
     for group in ("eager", "incr", "old", "mig", "reset", "kip", "cls"):
         run.wait_consumed_all(group, {"t"})
+    region_seen = wait_region(run, region)
     checkpointed = run_cli("group", "checkpoint", "eager", "cp", "--zk", run.hosts)  # an operator's checkpoints/
     assert checkpointed.returncode == 0, checkpointed.stderr
 
@@ -195,6 +236,7 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
 
         wait_until(command_pending, 30, "a command left in the paused member's channel")
         seen = list(walk(run.zk))
+        seen += [z for z in region_seen if z[0] not in {path for path, _ in seen}]
     finally:
         paused.signal(signal.SIGCONT)
 
