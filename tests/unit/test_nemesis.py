@@ -23,7 +23,7 @@ from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, Run
 from zkcoord.cli.demo_cmd import seed_summary
 from zkcoord.errors import ConfigurationError
 from zkcoord.runtime.faults import _armed, arm, disarm
-from zkcoord.testbed.procs import wait_until
+from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario import faults, nemesis
 from zkcoord.testbed.scenario.faults import FAULTS, Fault, Skipped
 from zkcoord.testbed.scenario.nemesis import (
@@ -180,3 +180,31 @@ def test_a_seed_line_says_what_was_skipped() -> None:
     entry = seed_summary(3, [result], verdict)
     assert entry["line"].startswith("seed 3: safe PASS; 2 faults, 0/1 two-at-once steps overlapped; skipped: safe 1;")
     assert entry["runs"]["safe"]["skipped"] == ["network-cut: no proxied consumer"]
+
+
+def test_a_slow_member_whose_fault_did_not_land_leaves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``consumer-kill-after-revoke`` starts a member working at half the rate records arrive; when a wait of the
+    fault times out (under another fault), that member must leave, not stay behind for the rest of the run with a
+    backlog that outlives the drain (seed 8 of a 20-seed run)."""
+    signals: list[int] = []
+    alive = [True]
+
+    def signal_(sig: int) -> None:
+        signals.append(sig)
+        alive[0] = False
+
+    proc = SimpleNamespace(pid=4242, alive=lambda: alive[0], signal=signal_, wait=lambda timeout: 0, tail=lambda n: "")
+    victim = SimpleNamespace(proc=proc)
+    workload = SimpleNamespace(rebalance="eager", static_group="g", rate=200, static_partitions=4)
+    cluster = cast(
+        "RunCluster",
+        SimpleNamespace(workload=workload, members=[], fault_dir=tmp_path, start_consumer=lambda *a, **k: victim),
+    )
+
+    def never(condition: Callable[[], bool], timeout: float, what: str, **kw: object) -> None:
+        raise ProcessError(f"timed out after {timeout:g} s waiting for {what}")
+
+    monkeypatch.setattr(faults, "wait_until", never)
+    with pytest.raises(ProcessError, match="stable with the slow member"):
+        faults.consumer_kill_after_revoke(cluster, random.Random(1), lambda line: None)
+    assert signals == [15], "the slow member was left running"
