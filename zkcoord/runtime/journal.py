@@ -52,6 +52,10 @@ EVENTS: dict[str, str] = {
     "topic.refused": "a topic command was refused: topic, reason",
     "produce.started": "a producer began: topic, partitions, count, rate, size, keys",
     "produce.batch": "records appended to one partition: topic, partition, first, last, count, bytes",
+    "produce.records": (
+        "the records of a batch one by one (a producer started with --journal-records, for S8): topic, partition, "
+        "first, keys (each record's key, null if none), values (each record's number, the n of its value <role>:<n>:)"
+    ),
     "produce.finished": "a producer finished: topic, count, seconds, records_per_s, mb_per_s",
     "log.recovered": "a torn tail was cut off a partition log on open: topic, partition, bytes_cut",
     "log.rewound": (
@@ -171,6 +175,18 @@ EVENTS: dict[str, str] = {
     ),
     "migration.claimed": "a migrating consumer claimed partitions it was waiting for: group, consumer, partitions",
     "fault.injected": "the scenario runner injected a fault: fault, target, detail",
+    "region.joined": "a member joined a consistent region (seed 003): group, region, member, members",
+    "region.checkpoint": (
+        "a region member's checkpoint is durable: group, region, member, checkpoint (its sequence id), members (the "
+        "names at that time), offsets (topic/partition -> next offset), state (key -> [count, sum])"
+    ),
+    "region.reset": (
+        "a region member sought its partitions and restored its state: group, region, member, checkpoint (null: the "
+        "initial state), offsets"
+    ),
+    "region.reset_pending": "a region member awaits a reset: group, region, member, reason",
+    "region.retired": "a region's checkpoint was retired: group, region, checkpoint",
+    "region.refused": "a member of another region was refused at start: group, region, member, group_region",
     "input.rejected": "bad input was refused without stopping the process (S7): what, path, reason",
 }
 
@@ -330,6 +346,14 @@ FIELD_KINDS: dict[str, str] = {
     "fault": "text",
     "target": "text",
     "detail": "text",
+    # consistent regions (S8)
+    "region": "text",
+    "member": "str",
+    "checkpoint": "int",
+    "offsets": "counts",
+    "state": "text",
+    "keys": "text",
+    "values": "text",
 }
 
 _INT64 = (-(2**63), 2**63 - 1)
