@@ -15,6 +15,7 @@ from zkcoord.cli.consume_cmd import consume
 from zkcoord.cli.demo_cmd import demo
 from zkcoord.cli.group_cmd import group
 from zkcoord.cli.produce_cmd import fetch, produce
+from zkcoord.cli.region_cmd import region
 from zkcoord.cli.secure_cmd import secure
 from zkcoord.cli.topic_cmd import topic
 from zkcoord.cli.zk_cmd import zk
@@ -55,6 +56,7 @@ cli.add_command(produce)
 cli.add_command(fetch)
 cli.add_command(consume)
 cli.add_command(group)
+cli.add_command(region)
 cli.add_command(demo)
 cli.add_command(analyze)
 cli.add_command(bench)

@@ -222,29 +222,33 @@ class FetchManager:
             if offset < 0 or not thread_id:
                 raise ValueError(f"cannot fetch {tp} from offset {offset} for thread {thread_id!r}")
             states[TopicPartition(*tp)] = PartitionFetch(TopicPartition(*tp), thread_id, offset, offset)
-        core = self._core
         with self._controlling():
-            with core.lock:
-                if core.closed or not self._started:
-                    raise RuntimeError("the fetch manager is " + ("closed" if core.closed else "not started"))
-                if core.states and not extend:
-                    raise RuntimeError(f"{len(core.states)} partitions are assigned: revoke() them first")
-                if again := sorted(set(states) & set(core.states)):
-                    raise ValueError(f"already assigned: {', '.join(map(str, again))}")
-                paused = core.paused
-                known = set(core.fetchers)
-            if not paused:
-                for state in states.values():
-                    self._call_started(state)
-            wanted = sorted({s.thread_id for s in states.values()} - known)
-            fetchers = {tid: core.new_fetcher(tid) for tid in wanted}
-            with core.lock:
-                if extend:
-                    core.add(states, fetchers)
-                else:
-                    core.install(states, fetchers)
-            for fetcher in fetchers.values():
-                self._threads.start(fetcher)
+            self._add_held(states, extend=extend)
+
+    def _add_held(self, states: dict[TopicPartition, PartitionFetch], *, extend: bool) -> None:
+        """:meth:`_add` with the control lock held."""
+        core = self._core
+        with core.lock:
+            if core.closed or not self._started:
+                raise RuntimeError("the fetch manager is " + ("closed" if core.closed else "not started"))
+            if core.states and not extend:
+                raise RuntimeError(f"{len(core.states)} partitions are assigned: revoke() them first")
+            if again := sorted(set(states) & set(core.states)):
+                raise ValueError(f"already assigned: {', '.join(map(str, again))}")
+            paused = core.paused
+            known = set(core.fetchers)
+        if not paused:
+            for state in states.values():
+                self._call_started(state)
+        wanted = sorted({s.thread_id for s in states.values()} - known)
+        fetchers = {tid: core.new_fetcher(tid) for tid in wanted}
+        with core.lock:
+            if extend:
+                core.add(states, fetchers)
+            else:
+                core.install(states, fetchers)
+        for fetcher in fetchers.values():
+            self._threads.start(fetcher)
 
     def revoke(self, reason: str) -> dict[TopicPartition, int]:
         """Stop fetching every partition, synchronously, and return the positions to commit.
@@ -285,6 +289,37 @@ class FetchManager:
             if stopped:
                 for state in removed:
                     self._call_stopped(state, reason)
+            return {state.tp: state.consumed for state in removed}
+
+    def seek(self, offsets: Mapping[TopicPartition, int], reason: str = "seek") -> dict[TopicPartition, int]:
+        """Move assigned partitions to new positions (Kafka's ``seek``): each is stopped as :meth:`revoke_some` stops
+        it (what it buffered is dropped, ``on_stopped`` with ``reason``) and started again at its offset for the same
+        thread id (``on_started``), in one control call, so no rebalance's revoke or assign comes between the two.
+        Partitions not assigned are ignored.  Blocks while a read of one of them finishes.
+
+        :returns: the consumed positions the moved partitions had.
+        :raises ValueError: an offset is negative.
+        :raises RuntimeError: the call comes from a callback, or the manager is closed.
+        """
+        if bad := sorted(str(tp) for tp, off in offsets.items() if off < 0):
+            raise ValueError(f"cannot seek to a negative offset: {', '.join(bad)}")
+        core = self._core
+        with self._controlling():
+            with core.lock:
+                threads = {tp: core.states[tp].thread_id for tp in offsets if tp in core.states}
+                removed, idle = core.remove(threads)
+                stopped = not core.paused
+                while any(state.in_flight for state in removed):
+                    core.reads_done.wait()
+            for fetcher in idle:
+                if fetcher.thread is not None:
+                    fetcher.thread.join()
+            if stopped:
+                for state in removed:
+                    self._call_stopped(state, reason)
+            moved = {tp: PartitionFetch(tp, thread, offsets[tp], offsets[tp]) for tp, thread in threads.items()}
+            if moved:
+                self._add_held(moved, extend=True)
             return {state.tp: state.consumed for state in removed}
 
     def pause(self, reason: str) -> None:

@@ -213,3 +213,58 @@ def checkpoint(group_name: str, name: str) -> str:
     """A named checkpoint of the group's committed offsets (:class:`~zkcoord.layout.checkpoints.Checkpoint`), written
     by ``zkcoord group checkpoint`` and read by ``group reset-offsets --to-checkpoint``."""
     return f"{GROUPS}/{group_name}/checkpoints/{name}"
+
+
+# --- a consistent region's shared data (issue 24, seed 003: docs/regions.md) -----------------------------------------
+
+
+def region_root(group_name: str) -> str:
+    """The group's consistent region: its id (``RegionRecord``), created once by the first member, never changed."""
+    return f"{GROUPS}/{group_name}/region"
+
+
+def region_members(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/region/members"
+
+
+def region_member(group_name: str, name: str) -> str:
+    """A member taking part (ephemeral, its consumer id): the names give every member N."""
+    return f"{GROUPS}/{group_name}/region/members/{name}"
+
+
+def region_initial(group_name: str, topic_name: str, partition: int) -> str:
+    """A partition's control variable: its initial fetch offset, created by the first member that sees the
+    partition (create-if-absent) and never overwritten."""
+    return f"{GROUPS}/{group_name}/region/initial/{topic_name}/{partition}"
+
+
+def region_control(group_name: str) -> str:
+    """The driver's last order (``ControlOrder``), written at the version read (a stale driver is refused)."""
+    return f"{GROUPS}/{group_name}/region/control"
+
+
+def region_ack(group_name: str, name: str) -> str:
+    """The last order a member carried out (``Ack``); written by that member only."""
+    return f"{GROUPS}/{group_name}/region/acks/{name}"
+
+
+def region_requests(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/region/requests"
+
+
+def region_request(group_name: str, name: str) -> str:
+    """A member's request for a reset of the region (``ResetRequest``); written by that member only."""
+    return f"{GROUPS}/{group_name}/region/requests/{name}"
+
+
+def region_merges(group_name: str) -> str:
+    return f"{GROUPS}/{group_name}/region/merges"
+
+
+def region_merge(group_name: str, seq: int) -> str:
+    """The merge of checkpoint ``seq``: one child per member's contribution; removed when ``seq`` is retired."""
+    return f"{GROUPS}/{group_name}/region/merges/{seq}"
+
+
+def region_contribution(group_name: str, seq: int, name: str) -> str:
+    return f"{GROUPS}/{group_name}/region/merges/{seq}/{name}"

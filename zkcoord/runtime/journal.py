@@ -142,6 +142,23 @@ EVENTS: dict[str, str] = {
         "records the application finished processing (written by it, after its work): group, consumer, thread, "
         "topic, partition, first, last, count, at_ms"
     ),
+    "region.joined": "a member joined its group's consistent region: group, region, member, members",
+    "region.refused": "a member of another region was refused at start: group, region, member, group_region",
+    "region.checkpoint": (
+        "a member's checkpoint is durable: group, region, member, checkpoint (its seq id), members (names at that "
+        "time), offsets (topic/partition -> next offset), state (the application's)"
+    ),
+    "region.reset": (
+        "a member sought its assigned partitions and restored its state: group, region, member, checkpoint (null: "
+        "the initial state), offsets (topic/partition -> next offset)"
+    ),
+    "region.reset_pending": "a member awaits a reset of its region: group, region, member, reason",
+    "region.retired": "a member retired a checkpoint (its merge and its local copy): group, region, member, checkpoint",
+    "region.order": "the region driver wrote an order: group, region, epoch, id, op, checkpoint, members",
+    "region.completed": (
+        "the region driver found checkpoint seq complete (every member acknowledged it, the merge has N distinct "
+        "contributions and no partition twice, no reset was requested meanwhile): group, region, checkpoint, members"
+    ),
     "offsets.committed": (
         "a committed offset: group, consumer, topic, partition, offset, auto_commit (the committing consumer's setting)"
     ),

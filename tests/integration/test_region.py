@@ -1,0 +1,292 @@
+"""Consistent regions (issue 24) in-process against a real ZooKeeper and a real coordinator: members, driver,
+merges, resets, revocations, partitions added at runtime."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_coordinator import Cluster
+from zkcoord.consumer import ConsumerConfig, Subscription
+from zkcoord.data.partlog import PartitionWriter
+from zkcoord.data.topics import TopicAdmin
+from zkcoord.layout import paths
+from zkcoord.layout.region import Contribution, ControlOrder
+from zkcoord.region.app import AggregateApp, key_of, value_of
+from zkcoord.region.config import RegionConfig
+from zkcoord.region.driver import RegionDriver
+from zkcoord.region.member import ConsistentRegion, RegionError
+from zkcoord.region.orders import OrderFollower
+from zkcoord.region.shared import MergeTimeoutError, RegionMismatchError, SharedData
+from zkcoord.region.states import ClientState
+from zkcoord.runtime.journal import Journal
+from zkcoord.testbed.procs import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with ExitStack() as stack:
+        yield Cluster(zk_hosts, tmp_path / "journal", stack)
+
+
+def produce(data: Path, topic: str, partition: int, first: int, count: int) -> None:
+    with PartitionWriter(data, topic, partition) as writer:
+        writer.append_batch([(f"k{i % 5}".encode(), f"p:{i}:".encode()) for i in range(first, first + count)])
+
+
+def expected(data: Path, topic: str, partitions: int) -> dict[str, list[int]]:
+    from zkcoord.data.partlog import open_reader
+
+    out: dict[str, list[int]] = {}
+    for p in range(partitions):
+        reader = open_reader(data, topic, p)
+        try:
+            offset = reader.start_offset
+            while True:
+                records = reader.read(offset)
+                if not records:
+                    break
+                for r in records:
+                    entry = out.setdefault(key_of(r.key), [0, 0])
+                    entry[0] += 1
+                    entry[1] += value_of(r.value)
+                offset = records[-1].offset + 1
+        finally:
+            reader.close()
+    return out
+
+
+class Member:
+    def __init__(
+        self, cluster: Cluster, data: Path, store: Path, name: str, *, region: str = "r1", start: str = "beginning"
+    ) -> None:
+        self.app = AggregateApp()
+        consumer = ConsumerConfig(
+            group="g",
+            subscription=Subscription.static({"t": 1}),
+            zk=cluster.hosts,
+            data_dir=data,
+            session_timeout_s=4.0,
+            auto_commit=False,
+            max_poll_records=20,
+        )
+        self.region = ConsistentRegion(
+            consumer,
+            RegionConfig(region, name, store, start_position=start, reset_timeout_s=6.0, throttle_s=0.2),  # type: ignore[arg-type]
+            self.app,
+            journal=Journal(cluster.journal_dir, f"member-{name}"),
+        )
+        self.follower = OrderFollower(self.region, self.app.snapshot)
+
+    def start(self) -> Member:
+        self.region.start()
+        self.follower.start()
+        return self
+
+    def close(self) -> None:
+        self.follower.stop()
+        self.region.close()
+
+
+class _closing:
+    def __init__(self, member: Member) -> None:
+        self.member = member
+
+    def __enter__(self) -> Member:
+        return self.member
+
+    def __exit__(self, *exc: object) -> None:
+        self.member.close()
+
+
+def start_driver(cluster: Cluster, stack: ExitStack, names: list[str], interval: float = 0.5) -> RegionDriver:
+    driver = RegionDriver(
+        cluster.admin_zk, "g", "r1", names, interval_s=interval, order_timeout_s=10,
+        journal=Journal(cluster.journal_dir, "driver"),
+    )  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=driver.run, args=(stop,), daemon=True)
+    thread.start()
+    stack.callback(thread.join, 10)
+    stack.callback(stop.set)
+    return driver
+
+
+def summed(members: list[Member]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for m in members:
+        for k, (c, s) in m.app.snapshot().items():
+            entry = out.setdefault(k, [0, 0])
+            entry[0] += c
+            entry[1] += s
+    return out
+
+
+def test_two_members_driver_checkpoints_cover_every_record_once(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 4)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(4):
+        produce(data, "t", p, 0, 100)
+    with ExitStack() as stack:
+        members = [stack.enter_context(_closing(Member(cluster, data, store, n).start())) for n in ("m1", "m2")]
+        driver = start_driver(cluster, stack, ["m1", "m2"])
+        want = expected(data, "t", 4)
+
+        def covered() -> bool:
+            return summed(members) == want and bool(driver.completed)
+
+        wait_until(covered, 30, "every record counted once")
+        for m in members:
+            assert m.region.state is ClientState.RESET_COMPLETE
+
+
+def contribution(member: str, seq: int, offsets: dict[tuple[str, int], int], members: tuple[str, ...] = ("m1", "m2")):
+    return Contribution(member, members, seq, offsets)
+
+
+def test_a_merge_completes_only_with_n_distinct_contributions_for_its_id_and_times_out_cleanly(
+    cluster: Cluster,
+) -> None:
+    shared = {n: SharedData(cluster.admin_zk, "g", "r1", n) for n in ("m1", "m2")}
+    shared["m1"].check_region()
+    shared["m1"].contribute(contribution("m1", 1, {("t", 0): 10}))
+    shared["m1"].contribute(contribution("m1", 1, {("t", 0): 11}))  # the same name again: still one of two
+    shared["m2"].contribute(contribution("m2", 2, {("t", 1): 20}))  # another id
+    started = time.monotonic()
+    with pytest.raises(MergeTimeoutError, match="merge of checkpoint 1 is not complete"):
+        shared["m1"].wait_merge(1, 0.5)
+    assert 0.5 <= time.monotonic() - started < 3
+    assert not shared["m1"].read_merge(1).complete
+    # The second distinct contribution arrives while a member waits: the watch wakes it, no poll interval.
+    timer = threading.Timer(0.3, shared["m2"].contribute, args=(contribution("m2", 1, {("t", 1): 21}),))
+    timer.start()
+    started = time.monotonic()
+    merged = shared["m1"].wait_merge(1, 10)
+    timer.join()
+    assert time.monotonic() - started < 2
+    assert merged.complete and merged.offsets == {("t", 0): 11, ("t", 1): 21}
+    # A partition in two contributions is a conflict: never complete.
+    shared["m1"].contribute(contribution("m1", 3, {("t", 0): 30}))
+    shared["m2"].contribute(contribution("m2", 3, {("t", 0): 31}))
+    assert shared["m1"].read_merge(3).conflicts == (("t", 0),)
+    with pytest.raises(MergeTimeoutError, match="conflicting"):
+        shared["m1"].wait_merge(3, 0.3)
+    shared["m1"].retire(1)
+    assert shared["m1"].merge_seqs() == [2, 3]
+
+
+def test_reset_to_initial_gives_the_same_positions_every_time(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(2):
+        produce(data, "t", p, 0, 30)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1", start="end").start()))
+        other = SharedData(cluster.admin_zk, "g", "r1", "m2")
+        wait_until(lambda: None not in [other.initial(("t", p)) for p in range(2)], 20, "both control variables")
+        for round_ in range(3):
+            for p in range(2):
+                produce(data, "t", p, 30 + 10 * round_, 10)  # the logs' ends move; the initial state does not
+            m1.region.reset_to_initial()
+            assert m1.region.state is ClientState.RESET_COMPLETE
+            assert m1.app.snapshot() == {} or m1.app.processed > 0  # restored to the empty state, then goes on
+        wait_until(lambda: m1.app.processed >= 60, 20, "records after the initial positions processed")
+        events = cluster.events("region.reset", member="m1")
+        assert [e.fields["offsets"] for e in events] == [{"t/0": 30, "t/1": 30}] * 3
+        assert all(e.fields["checkpoint"] is None for e in events)
+        # Another member of the region reads the same control variables.
+        assert [other.initial(("t", p)) for p in range(2)] == [30, 30]
+
+
+def test_a_revocation_after_fetching_resets_the_region_and_nothing_is_counted_twice(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 4)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(4):
+        produce(data, "t", p, 0, 200)
+    with ExitStack() as stack:
+        driver = start_driver(cluster, stack, ["m1", "m2"])
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        wait_until(lambda: m1.app.processed >= 200, 30, "m1 fetching and processing")
+        m2 = stack.enter_context(_closing(Member(cluster, data, store, "m2").start()))  # a join: m1's partitions go
+        for p in range(4):
+            produce(data, "t", p, 200, 50)
+        want = expected(data, "t", 4)
+        wait_until(lambda: summed([m1, m2]) == want and len(driver.completed) >= 1, 40, "every record counted once")
+        pending = cluster.events("region.reset_pending", member="m1")
+        assert any("revoked after fetching" in e.fields["reason"] for e in pending), pending
+        assert m1.app.processed > sum(c for c, _s in want.values())  # records were processed again, counted once
+
+
+def test_partitions_added_at_runtime_are_consumed(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(2):
+        produce(data, "t", p, 0, 40)
+    with ExitStack() as stack:
+        driver = start_driver(cluster, stack, ["m1"])
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        wait_until(lambda: summed([m1]) == expected(data, "t", 2), 30, "the first two partitions counted")
+        TopicAdmin(cluster.admin_zk).alter("t", 3)
+        produce(data, "t", 2, 0, 40)
+        want = expected(data, "t", 3)
+        wait_until(lambda: summed([m1]) == want and len(driver.completed) >= 2, 40, "the added partition counted once")
+        assert SharedData(cluster.admin_zk, "g", "r1", "m1").initial(("t", 2)) == 0
+
+
+def test_a_member_of_another_region_is_refused_at_start(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data, store = tmp_path / "data", tmp_path / "store"
+    with ExitStack() as stack:
+        stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        other = Member(cluster, data, store, "m2", region="r2")
+        with pytest.raises(RegionMismatchError, match="group 'g' belongs to consistent region 'r1'"):
+            other.region.start()
+        (refused,) = cluster.events("region.refused")
+        assert refused.fields == {"group": "g", "region": "r2", "member": "m2", "group_region": "r1"}
+        assert (
+            cluster.admin_zk.get_children(paths.group_ids("g"))
+            and len(cluster.admin_zk.get_children(paths.group_ids("g"))) == 1
+        )  # the refused member never joined the group
+        assert cluster.admin_zk.get_children(paths.region_members("g")) == ["m1"]
+
+
+def test_every_client_state_transition(cluster: Cluster, tmp_path: Path) -> None:
+    """SUBSCRIBED -> RESET_COMPLETE -> RESET_COMPLETE -> CR_RESET_PENDING -> RESET_COMPLETE, then a restart into a
+    running region: SUBSCRIBED -> CR_RESET_PENDING, refusing a drain until its reset."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data, store = tmp_path / "data", tmp_path / "store"
+    produce(data, "t", 0, 0, 10)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        assert m1.region.state is ClientState.SUBSCRIBED
+        m1.region.reset_to_initial()
+        assert m1.region.state is ClientState.RESET_COMPLETE
+        m1.region.reset_to_initial()
+        assert m1.region.state is ClientState.RESET_COMPLETE
+        m1.region.request_reset("test")
+        wait_until(lambda: m1.region.state is ClientState.CR_RESET_PENDING, 10, "reset pending")
+        with pytest.raises(RegionError, match="reset of the region is pending"):
+            m1.region.drain()
+        m1.region.reset_to_initial()
+        assert m1.region.state is ClientState.RESET_COMPLETE
+    SharedData(cluster.admin_zk, "g", "r1", "driver").put_order(ControlOrder(1, 1, "reset", None, ("m1",)), -1)
+    with ExitStack() as stack:
+        again = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        assert again.region.state is ClientState.CR_RESET_PENDING
+        requests = SharedData(cluster.admin_zk, "g", "r1", "driver").requests()
+        assert requests["m1"].after == 1 and "running region" in requests["m1"].reason

@@ -1,0 +1,193 @@
+"""The region driver: the seed's control plane for the demo (``docs/regions.md``, "Driver").
+
+It decides when the members drain and checkpoint, and resets the region when it must: when a member asks (a
+revocation after fetching, a restart, a failed order) or when the membership changes (a member gone, back, or new).
+It talks to the members through ZooKeeper only: one order at a time in ``/region/control`` (written at the version it
+read, so a second driver or a stale one is refused: :class:`DriverFencedError`), answers in ``acks/<name>``.
+
+A checkpoint ``seq`` is *complete* when every expected member answered it ``ok``, its merge holds their N distinct
+contributions with no partition twice, and no reset was requested after the order; only a complete checkpoint is
+ever reset to (``region.completed``), and the one before it is retired once a newer one is complete.  A checkpoint is
+ordered only while every expected member is present and no reset is pending.
+
+Thread: the caller's (:meth:`run` until ``stop`` is set); watches only set an event.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from zkcoord.errors import BadVersionError, NoNodeError, ZkCoordError, ZkError
+from zkcoord.layout import paths
+from zkcoord.layout.region import Ack, ControlOrder, Op
+from zkcoord.region.shared import SharedData
+from zkcoord.runtime.journal import Journal
+from zkcoord.zk import ZkClient
+
+
+class DriverFencedError(ZkCoordError):
+    """Another driver wrote an order since this one read the control znode: this one stops."""
+
+
+class RegionDriver:
+    def __init__(
+        self,
+        zk: ZkClient,
+        group: str,
+        region: str,
+        expected: list[str],
+        *,
+        interval_s: float = 2.0,
+        order_timeout_s: float = 20.0,
+        journal: Journal | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.zk = zk
+        self.group = group
+        self.region = region
+        self.expected = sorted(set(expected))
+        self.interval_s = interval_s
+        self.order_timeout_s = order_timeout_s
+        self.journal = journal or Journal(None, "driver")
+        self.clock = clock
+        self.shared = SharedData(zk, group, region, "driver")
+        self.epoch = 0
+        self.next_id = 1
+        self.version = -1
+        self.next_seq = 1
+        self.last_complete: int | None = None
+        self.last_reset: int | None = None  # id of the last reset every member it named carried out
+        self.seen: dict[str, str] = {}  # member -> consumer id, at the last reset
+        self.completed: list[int] = []
+        self._wake = threading.Event()
+        self._next_checkpoint = 0.0
+
+    # --- taking over ----------------------------------------------------------------------------------------------
+
+    def take_over(self) -> None:
+        """Read the last order and the merges: continue the id sequence with a higher epoch, the seq sequence after
+        every merge, and take the newest complete merge as the last complete checkpoint.  :raises ZkError:"""
+        self.shared.check_region()
+        self.shared.ensure_tree()
+        order, self.version = self.shared.order()
+        if order is not None:
+            self.epoch, self.next_id = order.epoch + 1, order.id + 1
+            self.next_seq = max(self.next_seq, (order.seq or 0) + 1)
+        else:
+            self.epoch = 1
+        seqs = self.shared.merge_seqs()
+        if seqs:
+            self.next_seq = max(self.next_seq, seqs[-1] + 1)
+        complete = [s for s in seqs if self.shared.read_merge(s).complete]
+        self.last_complete = complete[-1] if complete else None
+
+    # --- the loop -------------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Drive until ``stop`` is set.  :raises DriverFencedError: :raises ZkError: ZooKeeper failed for good."""
+        self.take_over()
+        while not stop.is_set():
+            self._wake.clear()
+            self.step()
+            self._wake.wait(max(0.05, min(self.interval_s, self._next_checkpoint - self.clock())))
+
+    def step(self) -> str | None:
+        """One decision: a reset if one is needed, else a checkpoint if one is due.  Returns the op ordered."""
+        live = self._live()
+        present = [m for m in self.expected if m in live]
+        if not present:
+            return None
+        changed = any(self.seen.get(m) != live[m] for m in present) or set(self.seen) - set(live)
+        requested = [r for r in self.shared.requests(watch=self._watch()).values() if r.after >= (self.last_reset or 0)]
+        if self.last_reset is None or changed or requested:
+            order = self.order("reset", self.last_complete, present)
+            if self._all_ok(order):
+                self.last_reset, self.seen = order.id, {m: live[m] for m in present}
+            self._next_checkpoint = self.clock() + self.interval_s
+            return "reset"
+        if len(present) < len(self.expected) or self.clock() < self._next_checkpoint:
+            return None
+        seq = self.next_seq
+        self.next_seq += 1
+        order = self.order("checkpoint", seq, present)
+        self._next_checkpoint = self.clock() + self.interval_s
+        ok = self._all_ok(order)
+        late = [r for r in self.shared.requests().values() if r.after >= (self.last_reset or 0)]
+        merged = self.shared.read_merge(seq)
+        if ok and not late and merged.complete and set(merged_members(self, seq)) == set(present):
+            self.journal.emit("region.completed", group=self.group, region=self.region, checkpoint=seq, members=present)
+            previous, self.last_complete = self.last_complete, seq
+            self.completed.append(seq)
+            if previous is not None:
+                self._all_ok(self.order("retire", previous, present))
+        return "checkpoint"
+
+    # --- orders ---------------------------------------------------------------------------------------------------
+
+    def order(self, op: Op, seq: int | None, members: list[str]) -> ControlOrder:
+        """Write one order at the version read.  :raises DriverFencedError:"""
+        order = ControlOrder(self.epoch, self.next_id, op, seq, tuple(members))
+        try:
+            self.version = self.shared.put_order(order, self.version)
+        except BadVersionError as e:
+            raise DriverFencedError(f"region {self.region!r}: another driver wrote an order: {e}") from e
+        self.next_id += 1
+        self.journal.emit(
+            "region.order", group=self.group, region=self.region, epoch=order.epoch, id=order.id, op=op, checkpoint=seq,
+            members=members,
+        )  # fmt: skip
+        return order
+
+    def _all_ok(self, order: ControlOrder) -> bool:
+        """Wait (watches on the answers, at most ``order_timeout_s``) until every member named answered ``order``;
+        whether all did with ``ok``."""
+        deadline = self.clock() + self.order_timeout_s
+        while True:
+            changed = threading.Event()
+            acks = self._answers(list(order.members), changed)
+            if all(a.id >= order.id for a in acks.values()) and len(acks) == len(order.members):
+                return all(a.ok and a.id == order.id for a in acks.values())
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return False
+            changed.wait(min(remaining, 1.0))  # 1 s: a member whose session ended answers nothing, look again
+
+    def _answers(self, names: list[str], changed: threading.Event) -> dict[str, Ack]:
+        out: dict[str, Ack] = {}
+        for name in names:
+            path = paths.region_ack(self.group, name)
+            try:
+                data, _ = self.zk.get(path, watch=lambda _e: changed.set())
+            except NoNodeError:
+                self.zk.exists(path, watch=lambda _e: changed.set())
+                continue
+            try:
+                out[name] = Ack.decode(data, path)
+            except ZkCoordError:
+                continue
+        return out
+
+    def _live(self) -> dict[str, str]:
+        """Present members -> their consumer ids (a restart changes it); a watch on the names wakes the loop."""
+        out: dict[str, str] = {}
+        names = self.zk.get_children(paths.region_members(self.group), watch=self._watch())
+        for name in names:
+            try:
+                out[name] = self.zk.get(paths.region_member(self.group, name))[0].decode("utf-8", "replace")
+            except ZkError:
+                continue
+        return out
+
+    def _watch(self) -> Callable[[Any], None]:
+        return lambda _e: self._wake.set()
+
+
+def merged_members(driver: RegionDriver, seq: int) -> list[str]:
+    """The names whose contributions make up checkpoint ``seq``'s merge."""
+    try:
+        return driver.zk.get_children(paths.region_merge(driver.group, seq))
+    except NoNodeError:
+        return []
