@@ -192,18 +192,6 @@ EVENTS: dict[str, str] = {
     ),
     "migration.claimed": "a migrating consumer claimed partitions it was waiting for: group, consumer, partitions",
     "fault.injected": "the scenario runner injected a fault: fault, target, detail",
-    "region.joined": "a member joined a consistent region (seed 003): group, region, member, members",
-    "region.checkpoint": (
-        "a region member's checkpoint is durable: group, region, member, checkpoint (its sequence id), members (the "
-        "names at that time), offsets (topic/partition -> next offset), state (key -> [count, sum])"
-    ),
-    "region.reset": (
-        "a region member sought its partitions and restored its state: group, region, member, checkpoint (null: the "
-        "initial state), offsets"
-    ),
-    "region.reset_pending": "a region member awaits a reset: group, region, member, reason",
-    "region.retired": "a region's checkpoint was retired: group, region, checkpoint",
-    "region.refused": "a member of another region was refused at start: group, region, member, group_region",
     "input.rejected": "bad input was refused without stopping the process (S7): what, path, reason",
 }
 
