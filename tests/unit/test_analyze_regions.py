@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tests.spark.journals import PROCESSED_EXPECTED, clean_run, finish
 from tests.spark.region_journals import DOUBLE_ROWS, region_run
+from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict
+from zkcoord.analysis.violations import unlisted, violations
 from zkcoord.bench.analyze_python import python_analysis
 
 
@@ -61,3 +63,27 @@ def test_a_run_without_a_region_has_no_s8_violation(tmp_path: Path) -> None:
     found = python_analysis(tmp_path / "clean" / "journal")
     assert found.counts["S8"] == 0
     assert found.region_summary["regions"] == 0
+
+
+def test_each_s8_row_is_a_violation_of_the_report(tmp_path: Path) -> None:
+    """The report's violation table (zkcoord.analysis.violations, plain Python) has a row per S8 example naming the
+    group, region, checkpoint, key, expected and found count/sum and what went wrong."""
+    found = python_analysis(region_run(tmp_path / "double", double=True) / "journal")
+    props = tuple(
+        PropertyResult(key, title, found.counts.get(key, 0), {"examples": found.region_state} if key == "S8" else {})
+        for key, title in PROPERTIES.items()
+    )
+    run = RunVerdict("double", str(tmp_path), ReadCounts(files=1, lines=1, events=1), props)
+    rows = [v for v in violations(run) if v.prop == "S8"]
+    assert [(v.kind, v.where, v.commands) for v in rows] == [
+        ("state differs from the records", "rg", ("region 1", "checkpoint 1")),
+        ("state differs from the records", "rg", ("region 1", "checkpoint 2")),
+        ("state differs from the records", "rg", ("region 1", "checkpoint 2")),
+        ("no complete checkpoint", "rg2", ("region two",)),
+    ]
+    assert rows[1].detail == (
+        "key k0: expected count/sum 5/20 (every record produced), found 6/24: 1 counted twice or more"
+    )
+    assert rows[0].detail.startswith("key k2: expected count/sum 3/303 (the records below its merged offsets)")
+    assert unlisted(run, rows) == {}
+    assert run.cell(run.property("S8")) == "4 FAIL"

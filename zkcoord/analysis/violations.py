@@ -115,7 +115,7 @@ def _state_row(run: str, e: dict[str, Any]) -> Violation:
     if e["checkpoint"] is None:
         return Violation(
             run, "S8", "no complete checkpoint", e["group"], None, None, None, None, (), (region,), (), (), None,
-            f"no checkpoint of the region was written by every member; its topics hold {expected} (count/sum)",
+            f"the driver completed no checkpoint of the region; its topics hold {expected} (count/sum)",
         )  # fmt: skip
     scope = "every record produced" if e["last"] else "the records below its merged offsets"
     extra = e["found_count"] - e["expected_count"]
