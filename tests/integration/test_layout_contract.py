@@ -36,7 +36,7 @@ from zkcoord.layout import paths
 from zkcoord.layout.commands import decode_acknowledged
 from zkcoord.layout.znodes import encode_int
 from zkcoord.runtime.journal import read_journal
-from zkcoord.testbed.procs import wait_until
+from zkcoord.testbed.procs import ChildProcess, wait_until
 from zkcoord.zk import ZkClient
 
 pytestmark = pytest.mark.integration
@@ -129,6 +129,35 @@ def walk(zk: ZkClient, path: str = "/") -> Iterator[tuple[str, int]]:
         yield from walk(zk, full)
 
 
+def start_region(run: Run) -> None:
+    """A driver and two members of a consistent region on group ``reg``; the second starts once the driver gave a
+    first order, into the running region, so it requests a reset (requests/)."""
+    ids = ["--zk", run.hosts, "--session-timeout", run.session, "--journal", str(run.journal)]
+    driver = ChildProcess(
+        ["region", "driver", "--group", "reg", "--region", "r1", "--members", "m1,m2", "--interval", "0.5", *ids],
+        run.root / "region-driver.log",
+    )
+    run.stack.enter_context(driver)
+    for name in ("m1", "m2"):
+        proc = ChildProcess(
+            ["region", "member", "--group", "reg", "--topic", "t", "--region", "r1", "--member-name", name,
+             "--store-dir", str(run.root / "store"), "--data-dir", str(run.data), *ids],
+            run.root / f"region-{name}.log",
+        )  # fmt: skip
+        run.stack.enter_context(proc)
+        wait_until(lambda: run.zk.exists(paths.region_control("reg")) is not None, 30, "a first region order")
+
+
+def wait_region(run: Run) -> None:
+    """Until m2 requested a reset and a checkpoint is complete (merges/<seqId>/<name> stays until retired)."""
+    wait_until(lambda: run.zk.exists(paths.region_request("reg", "m2")) is not None, 30, "m2's reset request")
+
+    def completed() -> bool:
+        return any(e.event == "region.completed" for e in read_journal(run.journal))
+
+    wait_until(completed, 60, "a complete region checkpoint", interval=0.25)
+
+
 def test_the_documented_trees_parse() -> None:
     layout = {d.path: d.kind for d in documented_layout(DOC.read_text())}
     assert layout["/brokers/ids/<brokerId>"] == "ephemeral"
@@ -154,6 +183,7 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     run.broker()
     TopicAdmin(run.zk).create("t", 4)
     producer = run.producer("t", 2_000, 2_000)
+    start_region(run)  # a consistent region's tree: region/...
     run.consumer("eager", "t")
     run.consumer("incr", "t", extra=("--rebalance", "incremental"))
     configured = run_cli("group", "config", "set", "incr", "assignor=uniform", "--zk", run.hosts)
@@ -175,6 +205,7 @@ def test_every_znode_a_live_cluster_writes_is_documented_with_its_kind(run: Run)
     assert producer.wait(60) == 0
     for group in ("eager", "incr", "old", "mig", "reset", "kip", "cls"):
         run.wait_consumed_all(group, {"t"})
+    wait_region(run)
     checkpointed = run_cli("group", "checkpoint", "eager", "cp", "--zk", run.hosts)  # an operator's checkpoints/
     assert checkpointed.returncode == 0, checkpointed.stderr
 

@@ -22,6 +22,7 @@ from zkcoord.region.config import RegionConfig
 from zkcoord.region.driver import RegionDriver
 from zkcoord.region.member import ConsistentRegion, RegionError
 from zkcoord.region.orders import OrderFollower
+from zkcoord.region.positions import start_offset
 from zkcoord.region.shared import MergeTimeoutError, RegionMismatchError, SharedData
 from zkcoord.region.states import ClientState
 from zkcoord.runtime.journal import Journal
@@ -119,6 +120,11 @@ def start_driver(cluster: Cluster, stack: ExitStack, names: list[str], interval:
     return driver
 
 
+def state_of(member: Member) -> ClientState:
+    """A call, not an attribute: mypy narrows an attribute after one comparison, the state moves under it."""
+    return member.region.state
+
+
 def summed(members: list[Member]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for m in members:
@@ -145,10 +151,12 @@ def test_two_members_driver_checkpoints_cover_every_record_once(cluster: Cluster
 
         wait_until(covered, 30, "every record counted once")
         for m in members:
-            assert m.region.state is ClientState.RESET_COMPLETE
+            assert state_of(m) is ClientState.RESET_COMPLETE
 
 
-def contribution(member: str, seq: int, offsets: dict[tuple[str, int], int], members: tuple[str, ...] = ("m1", "m2")):
+def contribution(
+    member: str, seq: int, offsets: dict[tuple[str, int], int], members: tuple[str, ...] = ("m1", "m2")
+) -> Contribution:
     return Contribution(member, members, seq, offsets)
 
 
@@ -197,7 +205,7 @@ def test_reset_to_initial_gives_the_same_positions_every_time(cluster: Cluster, 
             for p in range(2):
                 produce(data, "t", p, 30 + 10 * round_, 10)  # the logs' ends move; the initial state does not
             m1.region.reset_to_initial()
-            assert m1.region.state is ClientState.RESET_COMPLETE
+            assert state_of(m1) is ClientState.RESET_COMPLETE
             assert m1.app.snapshot() == {} or m1.app.processed > 0  # restored to the empty state, then goes on
         wait_until(lambda: m1.app.processed >= 60, 20, "records after the initial positions processed")
         events = cluster.events("region.reset", member="m1")
@@ -273,20 +281,40 @@ def test_every_client_state_transition(cluster: Cluster, tmp_path: Path) -> None
     produce(data, "t", 0, 0, 10)
     with ExitStack() as stack:
         m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
-        assert m1.region.state is ClientState.SUBSCRIBED
+        assert state_of(m1) is ClientState.SUBSCRIBED
         m1.region.reset_to_initial()
-        assert m1.region.state is ClientState.RESET_COMPLETE
+        assert state_of(m1) is ClientState.RESET_COMPLETE
         m1.region.reset_to_initial()
-        assert m1.region.state is ClientState.RESET_COMPLETE
+        assert state_of(m1) is ClientState.RESET_COMPLETE
         m1.region.request_reset("test")
-        wait_until(lambda: m1.region.state is ClientState.CR_RESET_PENDING, 10, "reset pending")
+        wait_until(lambda: state_of(m1) is ClientState.CR_RESET_PENDING, 10, "reset pending")
         with pytest.raises(RegionError, match="reset of the region is pending"):
             m1.region.drain()
         m1.region.reset_to_initial()
-        assert m1.region.state is ClientState.RESET_COMPLETE
+        assert state_of(m1) is ClientState.RESET_COMPLETE
     SharedData(cluster.admin_zk, "g", "r1", "driver").put_order(ControlOrder(1, 1, "reset", None, ("m1",)), -1)
     with ExitStack() as stack:
         again = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
-        assert again.region.state is ClientState.CR_RESET_PENDING
+        assert state_of(again) is ClientState.CR_RESET_PENDING
         requests = SharedData(cluster.admin_zk, "g", "r1", "driver").requests()
         assert requests["m1"].after == 1 and "running region" in requests["m1"].reason
+
+
+def test_each_start_position(cluster: Cluster, tmp_path: Path) -> None:
+    """beginning, end, committed (else the log start) and timestamp (else the log end) give a partition's first
+    position; never a fixed offset."""
+    data = tmp_path / "data"
+    with PartitionWriter(data, "t", 0) as writer:
+        writer.append_batch([(b"k", b"p:0:", 1_000)] * 10)
+        writer.append_batch([(b"k", b"p:0:", 2_000)] * 10)
+    zk = cluster.admin_zk
+
+    def at(position: str, timestamp: int | None = None) -> int:
+        config = RegionConfig("r1", "m1", tmp_path, start_position=position, start_timestamp_ms=timestamp)  # type: ignore[arg-type]
+        return start_offset(config, data, zk, "g", ("t", 0))
+
+    assert (at("beginning"), at("end")) == (0, 20)
+    assert (at("timestamp", 1_500), at("timestamp", 0), at("timestamp", 9_999)) == (10, 0, 20)
+    assert at("committed") == 0  # nothing committed: the log start
+    zk.create(paths.offset("g", "t", 0), b"13", makepath=True)
+    assert at("committed") == 13

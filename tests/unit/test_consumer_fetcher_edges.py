@@ -191,3 +191,25 @@ def test_callbacks_cannot_call_the_control_methods(
     assert signal.wait_for(lambda: len(refused) == 2)  # on_fetched runs on the fetcher thread
     assert all("callbacks" in message for message in refused)
     assert [r.offset for r in poll_until(manager, 5)] == list(range(5))
+
+
+def test_seek_moves_assigned_partitions_back_and_forth_and_leaves_the_others(
+    tmp_path: Path, cid: str, managers: Callable[..., FetchManager]
+) -> None:
+    for tp in (helpers.A, helpers.B):
+        helpers.append(tmp_path, tp, 0, 50)
+    events = helpers.Events()
+    manager = managers(tmp_path, max_poll_records=10, on_started=events.started, on_stopped=events.stopped)
+    manager.assign({helpers.A: (0, f"{cid}-0"), helpers.B: (0, f"{cid}-0")})
+    got = helpers.by_partition(helpers.poll_until(manager, 100))
+    assert got[helpers.A] == list(range(50))
+    # Back to 10 for A (and C, not assigned: ignored); B untouched.
+    old = manager.seek({helpers.A: 10, helpers.C: 3}, "region-reset")
+    assert old == {helpers.A: 50}
+    assert manager.positions() == {helpers.A: 10, helpers.B: 50}
+    assert manager.assignment() == {helpers.A: f"{cid}-0", helpers.B: f"{cid}-0"}
+    again = helpers.by_partition(helpers.poll_until(manager, 40))
+    assert again == {helpers.A: list(range(10, 50))}
+    assert ("stopped", helpers.A) in [(e[0], e[1]) for e in events.log]
+    with pytest.raises(ValueError, match="negative"):
+        manager.seek({helpers.A: -1})

@@ -17,6 +17,7 @@ from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartit
 from zkcoord.consumer.metrics import ConsumerCollector, ConsumerStats
 from zkcoord.consumer.shared import ConsumerMetrics
 from zkcoord.coordinator import Coordinator
+from zkcoord.region.metrics import RegionCollector, RegionStats
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\| `(zkcoord_[a-z_]+)` \| (\w+) \|([^|]*)\|")
@@ -65,6 +66,7 @@ def test_every_exposed_metric_is_documented_and_every_documented_one_exposed() -
     families = [
         *Coordinator(1).collector().collect(),  # not started: what a standby shows
         *ConsumerCollector(idle_consumer).collect(),
+        *RegionCollector(RegionStats(), "r1", "m1").collect(),
     ]
     shown = exposed(families)
     busy = exposed(ConsumerCollector(_Busy()).collect())

@@ -21,6 +21,7 @@ from zkcoord.cli.common import (
     zk_auth_option,
 )
 from zkcoord.consumer import ConsumerConfig, Subscription
+from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.errors import ConfigurationError, ZkCoordError
 from zkcoord.region.app import AggregateApp, RegionlessApp
 from zkcoord.region.config import START_POSITIONS, RegionConfig, StartPosition
@@ -128,6 +129,7 @@ def member(
     journal = open_journal(journal_dir, f"member-{group}")
     app = RegionlessApp() if unsafe else AggregateApp()
     member_region = ConsistentRegion(consumer_config, config, app, journal=journal)
+    registry.register(ConsumerCollector(member_region.consumer))
     registry.register(RegionCollector(member_region.stats, region_id, member_name))
     stop.attach(journal, group=group, consumer=member_region.consumer.consumer_id)
     try:
