@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_region import Member, _closing, produce, state_of
+from tests.zkutil import expire_session
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
@@ -101,3 +102,20 @@ def test_a_checkpoint_missing_from_the_store_fails_the_reset_and_the_member_wait
         m1.region.reset_to_initial()  # the next reset brings it back
         assert state_of(m1) is ClientState.RESET_COMPLETE
         wait_until(lambda: m1.app.processed == 20, 20, "processed again from the initial state")
+
+
+def test_an_expired_region_session_takes_the_name_again_and_asks_for_a_reset(cluster: Cluster, tmp_path: Path) -> None:
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 1)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
+        m1.region.reset_to_initial()
+        expire_session(m1.region.zk.kazoo)  # the region's own session: its name under members/ goes
+        shared = SharedData(cluster.admin_zk, "g", "r1", "driver")
+
+        def rejoined() -> bool:
+            request = shared.requests().get("m1")
+            return shared.members() == ["m1"] and request is not None and "session expired" in request.reason
+
+        wait_until(rejoined, 20, "m1 back in members/ with a reset request")
+        assert state_of(m1) is ClientState.CR_RESET_PENDING

@@ -142,11 +142,15 @@ class RegionDriver:
         return order
 
     def _all_ok(self, order: ControlOrder) -> bool:
-        """Wait (watches on the answers, at most ``order_timeout_s``) until every member named answered ``order``;
-        whether all did with ``ok``."""
+        """Wait (watches on the answers and the members, at most ``order_timeout_s``) until every member named
+        answered ``order``; whether all did with ``ok`` (False at once when one of them is gone)."""
         deadline = self.clock() + self.order_timeout_s
         while True:
             changed = threading.Event()
+            live = self.zk.get_children(paths.region_members(self.group), watch=_setter(changed))
+            if any(m not in live for m in order.members):
+                self._wake.set()  # a member it named is gone: no answer will come; the next step resets
+                return False
             acks = self._answers(list(order.members), changed)
             if all(a.id >= order.id for a in acks.values()) and len(acks) == len(order.members):
                 return all(a.ok and a.id == order.id for a in acks.values())
@@ -183,6 +187,11 @@ class RegionDriver:
 
     def _watch(self) -> Callable[[Any], None]:
         return lambda _e: self._wake.set()
+
+
+def _setter(event: threading.Event) -> Callable[[Any], None]:
+    """A one-shot watch that only sets ``event`` (kazoo's thread)."""
+    return lambda _e: event.set()
 
 
 def merged_members(driver: RegionDriver, seq: int) -> list[str]:

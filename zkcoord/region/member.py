@@ -46,7 +46,7 @@ from zkcoord.region.states import ClientState
 from zkcoord.region.store import LocalStore
 from zkcoord.runtime.journal import Journal
 from zkcoord.runtime.shutdown import StopBudget, StopReport
-from zkcoord.zk import ZkClient, ZkConfig
+from zkcoord.zk import ConnState, ZkClient, ZkConfig
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ class ConsistentRegion:
         self._throttle_end = 0.0  # polling is throttled until then (after a reset)
         self._next_poll = 0.0
         self._stopping = threading.Event()
+        self._session_lost = False
         self._threads: list[threading.Thread] = []
         self.last_order = 0  # the id of the last driver order carried out (region.orders sets it)
         self.members: list[str] = []
@@ -143,6 +144,7 @@ class ConsistentRegion:
             self.zk.stop()
             raise
         self._emit("region.joined", members=self.members)
+        self.zk.add_listener(self._on_zk_state)
         order, _ = self.shared.order()
         if order is not None:  # a restart into a running region: its state is the region's, after a reset only
             self.last_order = order.id
@@ -229,6 +231,7 @@ class ConsistentRegion:
             "reset": self._reset,
             "retire": self._retire,
             "pending": self._to_pending,
+            "rejoin": self._rejoin,
         }
         while not self._stopping.is_set():
             try:
@@ -344,6 +347,22 @@ class ConsistentRegion:
             checkpoint=seq,
             offsets=offsets_to_json({(t.topic, t.partition): o for t, o in targets.items()}),
         )
+
+    def _on_zk_state(self, state: ConnState) -> None:
+        """kazoo's connection thread: only enqueue.  A new session after the region's expired (our name under
+        ``members/`` went with it): take the name again and ask for a reset (the others may have been reset
+        without us)."""
+        if state is ConnState.LOST and not self._stopping.is_set():
+            self._session_lost = True
+        elif state is ConnState.CONNECTED and self._session_lost:
+            self._session_lost = False
+            self.events.put(("rejoin", None, _Reply()))
+
+    def _rejoin(self, _arg: object) -> None:
+        self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
+        self._emit("region.joined", members=self.members)
+        self._to_pending("the region's session expired")
+        self.shared.request_reset(ResetRequest(self.last_order, "the region's session expired"))
 
     def _retire(self, seq: int) -> None:
         self.shared.retire(seq)
