@@ -16,7 +16,7 @@ from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.scenario.region import REGION_STEPS
 
 #: a whole demo run and a Spark analysis: minutes on a busy 2-core machine
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1300)]
 
 #: the journalled fault names each step produces
 EVIDENCE = {
@@ -33,7 +33,7 @@ def test_region_scenario_keeps_s1_to_s5_and_exactly_once_state(tmp_path: Path) -
     run_dir = tmp_path / "demo"
     out = run_cli(
         "demo", "--scenario", "region", "--no-contrast", "--duration", "20", "--rate", "100",
-        "--run-dir", str(run_dir), "--json", timeout=840,
+        "--run-dir", str(run_dir), "--json", timeout=1200,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     report = json.loads(out.stdout)
