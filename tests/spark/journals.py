@@ -162,6 +162,7 @@ EXPECTED = {
     "S3-risk": 0,  # no group journals records.processed: no commit is judged
     "S4": 5,  # B consumes t-1 95..99 twice, cleanly; the 30 offsets after D's crash are allowed
     "S5": 2,  # two commands applied after a newer one (a deposed epoch's start; an older generation's stop)
+    "S8": 0,  # no consistent region: n/a
 }
 
 
@@ -375,18 +376,31 @@ def at_risk_run(run_dir: Path, *, auto_commit: bool) -> Run:
 
 #: The runs of :func:`processed_runs` and what each verdict counts.
 PROCESSED_EXPECTED = {
-    "gap": {"S1": 0, "S2": 0, "S3": 25, "S3-risk": 0, "S4": 0, "S5": 0},  # its commits predate the field: not judged
-    "complete": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
-    "mixed": {"S1": 0, "S2": 0, "S3": 10, "S3-risk": 0, "S4": 0, "S5": 0},
-    "timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
-    "no-timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 30, "S5": 0},
-    "at-risk": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 70, "S4": 0, "S5": 0},
-    "auto-commit": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0},
+    "gap": {
+        "S1": 0,
+        "S2": 0,
+        "S3": 25,
+        "S3-risk": 0,
+        "S4": 0,
+        "S5": 0,
+        "S8": 0,
+    },  # its commits predate the field: not judged
+    "complete": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 0},
+    "mixed": {"S1": 0, "S2": 0, "S3": 10, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 0},
+    "timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 0},
+    "no-timeout": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 30, "S5": 0, "S8": 0},
+    "at-risk": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 70, "S4": 0, "S5": 0, "S8": 0},
+    "auto-commit": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 0},
+    # S8 (tests/spark/region_journals.py): a correct region; one counting records twice after a reset
+    "region": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 0},
+    "region-double": {"S1": 0, "S2": 0, "S3": 0, "S3-risk": 0, "S4": 0, "S5": 0, "S8": 4},
 }
 
 
 def processed_runs(base: Path) -> list[Path]:
     """Write the runs of :data:`PROCESSED_EXPECTED` under ``base``; return their directories."""
+    from tests.spark.region_journals import region_run  # it builds on this module's Proc
+
     processed_run(base / "gap", gap=True)
     processed_run(base / "complete")
     mixed_groups_run(base / "mixed")
@@ -394,4 +408,6 @@ def processed_runs(base: Path) -> list[Path]:
     poll_timeout_run(base / "no-timeout", timeout=False)
     at_risk_run(base / "at-risk", auto_commit=False)
     at_risk_run(base / "auto-commit", auto_commit=True)
+    region_run(base / "region")
+    region_run(base / "region-double", double=True)
     return [base / name for name in PROCESSED_EXPECTED]

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
 from tests.spark.journals import PROCESSED_EXPECTED, A, B, C, clean_run, finish
+from tests.spark.region_journals import DOUBLE_ROWS
 from zkcoord.analysis import Verdict
 from zkcoord.analysis.load import classify
 from zkcoord.bench.analyze_python import python_analysis
@@ -193,3 +194,20 @@ def test_both_readers_name_the_same_violations_in_the_same_detail(analysed_runs:
         (A, "cmd-1-2", 2),
         (B, "cmd-1-3", 1),
     ]
+
+
+def test_both_readers_find_the_same_s8_rows(processed_runs_verdict: tuple[Path, Verdict]) -> None:
+    """S8 (exactly-once state of a consistent region): the Spark verdict and the reference list the same rows (key,
+    checkpoint, expected and found count and sum) and the same numbers; a run without a region shows S8 as n/a."""
+    base, verdict = processed_runs_verdict
+    for name in ("region", "region-double", "complete"):
+        ref = python_analysis(base / name / "journal")
+        s8 = verdict.run(name).property("S8")
+        assert s8.details["examples"] == ref.region_state, name
+        assert {k: s8.details[k] for k in ref.region_summary} == ref.region_summary, name
+    assert verdict.run("region-double").property("S8").details["examples"] == DOUBLE_ROWS
+    assert verdict.run("region").cell(verdict.run("region").property("S8")) == "0 PASS"
+    assert verdict.run("complete").cell(verdict.run("complete").property("S8")) == "n/a"
+    table = verdict.table()
+    assert "S8 exactly-once state" in table
+    assert verdict.run_ok("region") and not verdict.run_ok("region-double")

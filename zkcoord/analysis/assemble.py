@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from zkcoord.analysis.load import RunInput
 from zkcoord.analysis.ranges import length, merge_ranges
+from zkcoord.analysis.regions import VIOLATION_COLUMNS
 from zkcoord.analysis.tables import PARTITION_KEYS
 from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, judged_on_label
 
@@ -45,6 +46,9 @@ class Tables:
     rejections: DataFrame
     rebalances: DataFrame
     faults: DataFrame
+    #: S8: the violation rows (zkcoord.analysis.regions.VIOLATION_COLUMNS) and the long rows of its numbers
+    region_state: DataFrame
+    region_summary: DataFrame
 
 
 def metrics(df: DataFrame, **aggs: Column) -> DataFrame:
@@ -107,7 +111,8 @@ def run_verdicts(
         metrics(t.intervals, intervals=n),
         metrics(t.missing, missing=F.sum("count"), missing_ranges=n),
         metrics(t.duplicates, dups=F.sum("count"), after_crash=F.sum(F.when(F.col("after_crash"), F.col("count")))),
-        metrics(t.duplicates.where(~F.col("after_crash")), clean_ranges=n),
+        metrics(t.duplicates.where(~F.col("after_crash") & ~F.col("region")), clean_ranges=n),
+        metrics(t.duplicates.where(~F.col("after_crash") & F.col("region")), region_dups=F.sum("count")),
         # offsets at risk are counted once per partition, however many consumers committed them unprocessed
         metrics(merge_ranges(t.unprocessed, PARTITION_KEYS), at_risk=F.sum(length())),
         metrics(t.unprocessed, at_risk_ranges=n, at_risk_consumers=F.count_distinct("group", "consumer")),
@@ -142,6 +147,8 @@ def run_verdicts(
             stw_ms_max=F.max("stw_ms"),
         ),
         metrics(t.faults, faults=n),
+        metrics(t.region_state, s8=n),
+        t.region_summary,
         t.rejections.select(
             "run",
             F.concat(F.lit("rejected:"), F.col("reason")).alias("metric"),
@@ -160,7 +167,8 @@ def run_verdicts(
             ["group", "topic", "partition", "consumer", "ts", "first", "last"],
         ),
         examples(
-            t.duplicates.where(~F.col("after_crash")), "duplicates", ["group", "topic", "partition", "first"],
+            t.duplicates.where(~F.col("after_crash") & ~F.col("region")), "duplicates",
+            ["group", "topic", "partition", "first"],
             ["group", "topic", "partition", "first", "last", "count", "judged_on"],
         ),
         examples(
@@ -181,6 +189,7 @@ def run_verdicts(
             ["group", "consumer", "name", "option", "epoch", "generation", "seen_epoch", "seen_generation",
              "applied_ts", "why"],
         ),
+        examples(t.region_state, "region_state", ["group", "region", "checkpoint", "key"], list(VIOLATION_COLUMNS[1:])),
     ]  # fmt: skip
     numbers, shown = _collect(parts)
     verdicts = []
@@ -241,11 +250,12 @@ def _judge(
             "commits_judged": n("commits_judged"),
             "examples": shown.get("at_risk", []),
         }),
-        PropertyResult("S4", PROPERTIES["S4"], n("dups") - n("after_crash"), {
+        PropertyResult("S4", PROPERTIES["S4"], n("dups") - n("after_crash") - n("region_dups"), {
             "judged_on": judged_on,
             "duplicate_offsets": n("dups"),
             "after_crash": n("after_crash"),
-            "clean": n("dups") - n("after_crash"),
+            "in_regions": n("region_dups"),
+            "clean": n("dups") - n("after_crash") - n("region_dups"),
             "clean_ranges": n("clean_ranges"),
             "examples": shown.get("duplicates", []),
             "duplicate_deliveries": n("duplicate_deliveries"),
@@ -257,6 +267,15 @@ def _judge(
             "rejected": sum(rejected.values()),
             "rejected_by_reason": rejected,
             "examples": shown.get("stale", []),
+        }),
+        PropertyResult("S8", PROPERTIES["S8"], n("s8"), {
+            "applicable": n("regions") > 0,
+            "regions": n("regions"),
+            "checkpoints": n("checkpoints"),
+            "complete_checkpoints": n("complete_checkpoints"),
+            "resets": n("resets"),
+            "records_journalled": n("records_journalled"),
+            "examples": shown.get("region_state", []),
         }),
     )  # fmt: skip
     rebalances: dict[str, Any] = {k: n(k) for k in ("attempts", *OUTCOMES, "moved")}

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from zkcoord.analysis import checks, consumption, load, ranges, tables
+from zkcoord.analysis import checks, consumption, load, ranges, regions, tables
 from zkcoord.analysis.assemble import Tables, run_verdicts
 from zkcoord.analysis.errors import AnalysisError, JournalRefusedError
 from zkcoord.analysis.report import ReportData, render_report
@@ -260,10 +260,16 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
     tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
     # S3-risk: what consumers with auto-commit off committed before their application processed it
     commits = checks.judged_commits(other, groups)
-    missing, duplicates, unprocessed = _together(
+    # S8: the states of a consistent region's checkpoints against the records produced (region runs only)
+    records = regions.produced_records(other)
+    missing, duplicates, unprocessed, region_state = _together(
         lambda: _checkpoint(consumption.missing_ranges(expected, judged_merged, groups)),
-        lambda: _checkpoint(consumption.duplicate_ranges(judged_merged, tails, groups)),
+        # a group in a consistent region consumes again after each reset by design: S8 judges it, not S4
+        lambda: _checkpoint(
+            regions.mark_region_groups(consumption.duplicate_ranges(judged_merged, tails, groups), other)
+        ),
         lambda: _checkpoint(checks.committed_unprocessed(commits, consumed, processed)),
+        lambda: _checkpoint(regions.state_violations(other, records)),
     )
 
     say(f"writing tables to {out / 'tables'}")
@@ -283,6 +289,7 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         "missing_ranges": missing,
         "duplicate_ranges": duplicates,
         "committed_unprocessed": unprocessed,
+        "region_state": region_state,
         "commands": tables.commands(other, stale),
         "faults": tables.faults(other),
         "overlaps": checks.with_grants(checks.overlaps(intervals), other),
@@ -317,6 +324,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         rejections=checks.rejections(other),
         rebalances=disk["rebalances"],
         faults=disk["faults"],
+        region_state=region_state,
+        region_summary=regions.region_summary(other, records),
     )
     verdicts = run_verdicts(t, runs, i.reads, refused)
     say("collecting report data")

@@ -20,6 +20,7 @@ PROPERTIES: dict[str, str] = {
     "S3-risk": "nothing committed unprocessed",
     "S4": "no clean-rebalance duplicates",
     "S5": "no stale command applied",
+    "S8": "exactly-once state",
 }
 
 
@@ -120,7 +121,10 @@ class RunVerdict:
         return str(s3[0].details.get("judged_on", "-")) if s3 else "-"
 
     def cell(self, p: PropertyResult) -> str:
-        """A property's table cell: ``3 FAIL``, ``0 PASS``, or ``0 INCONCLUSIVE`` when the run is inconclusive."""
+        """A property's table cell: ``3 FAIL``, ``0 PASS``, or ``0 INCONCLUSIVE`` when the run is inconclusive;
+        ``n/a`` for S8 in a run without a consistent region."""
+        if p.details.get("applicable") is False:
+            return "n/a"
         if not p.ok:
             return f"{p.count} FAIL"
         return f"{p.count} {'PASS' if self.read.unusable == 0 else 'INCONCLUSIVE'}"

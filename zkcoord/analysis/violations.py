@@ -53,7 +53,7 @@ def _ints(*values: Any) -> tuple[int, ...]:
 
 
 def violations(run: RunVerdict) -> list[Violation]:
-    """Every violation the verdict of ``run`` lists, S1 to S5 in order."""
+    """Every violation the verdict of ``run`` lists, S1 to S5 and S8 in order."""
     out: list[Violation] = []
     name = run.run
     for e in run.property("S1").details.get("examples", []):
@@ -102,7 +102,29 @@ def violations(run: RunVerdict) -> list[Violation]:
             (e["consumer"],), (f"{e['name']} ({e['option']})",), _ints(e["epoch"], e.get("seen_epoch")),
             _ints(e["generation"], e.get("seen_generation")), None, str(e["why"]),
         ))  # fmt: skip
+    for e in run.property("S8").details.get("examples", []):
+        out.append(_state_row(name, e))
     return out
+
+
+def _state_row(run: str, e: dict[str, Any]) -> Violation:
+    """An S8 row: a key whose state at a checkpoint differs from the records produced below it, or a region that
+    never completed a checkpoint."""
+    region = f"region {e['region']}"
+    expected, found = f"{e['expected_count']}/{e['expected_sum']}", f"{e['found_count']}/{e['found_sum']}"
+    if e["checkpoint"] is None:
+        return Violation(
+            run, "S8", "no complete checkpoint", e["group"], None, None, None, None, (), (region,), (), (), None,
+            f"the driver completed no checkpoint of the region; its topics hold {expected} (count/sum)",
+        )  # fmt: skip
+    scope = "every record produced" if e["last"] else "the records below its merged offsets"
+    extra = e["found_count"] - e["expected_count"]
+    what = f"{extra} counted twice or more" if extra > 0 else f"{-extra} never counted" if extra < 0 else "wrong sum"
+    return Violation(
+        run, "S8", "state differs from the records", e["group"], None, None, None, None, (),
+        (region, f"checkpoint {e['checkpoint']}"), (), (), None,
+        f"key {e['key']}: expected count/sum {expected} ({scope}), found {found}: {what}",
+    )  # fmt: skip
 
 
 def unlisted(run: RunVerdict, rows: list[Violation]) -> dict[str, int]:

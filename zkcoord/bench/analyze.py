@@ -41,7 +41,7 @@ TICK_MS = 10
 REBALANCE_EVERY = 400  # ticks
 GROUP, TOPIC = "g", "bench"
 #: S3-risk stays 0: the synthetic consumers journal no records.processed, so their commits are not judged
-INJECTED = {"S1": 1, "S2": 1, "S3": BATCH, "S3-risk": 0, "S4": BATCH, "S5": 1}
+INJECTED = {"S1": 1, "S2": 1, "S3": BATCH, "S3-risk": 0, "S4": BATCH, "S5": 1, "S8": 0}
 CORE = '{"v":1,"ts":%d,"mono":%d,"seq":%d,"role":"%s","pid":%d,"ev":"%s",'
 
 

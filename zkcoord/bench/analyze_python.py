@@ -1,4 +1,4 @@
-"""The single-process pass of ``zkcoord bench analyze``: the verdict counts (S1-S5 and S3-risk, ``docs/analysis.md``)
+"""The single-process pass of ``zkcoord bench analyze``: the verdict counts (S1-S5, S3-risk, S8: docs/analysis.md)
 of one run's journal, computed by one Python process with the reference reader
 :func:`zkcoord.runtime.journal.read_journal`, dictionaries and sorted lists -- the baseline the Spark analysis is
 timed against, and must agree with
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zkcoord.bench import analyze_regions
 from zkcoord.layout import topic_regex
 from zkcoord.runtime.journal import ReadStats, read_journal
 
@@ -116,6 +117,8 @@ class Journal:
     #: lines the verdict could not use (malformed, of a newer schema, range events without a valid range): as the
     #: Spark verdict's ``unusable``, a run with any cannot pass on counts of 0 alone
     unusable: int = 0
+    #: produce.records and region.* (ts, pid, seq, ev, fields), for S8
+    regions: list[analyze_regions.RegionEvent] = field(default_factory=list)
 
 
 def _read(journal: Path) -> Journal:
@@ -125,6 +128,8 @@ def _read(journal: Path) -> Journal:
     stats = ReadStats()
     for e in read_journal(journal, stats):
         f, ev, ts = e.fields, e.event, e.ts_ms
+        if analyze_regions.wanted(ev):
+            j.regions.append((ts, e.pid, e.seq, ev, f))
         if ev in _RANGES and not _usable_range(f):
             j.unusable += 1  # the Spark reader's "incomplete"
             continue
@@ -337,7 +342,11 @@ def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[st
                 if ts <= end and lo <= last:
                     tails[(group, topic, partition)].append((lo, last))
     clean = 0
+    # a group in a consistent region consumes records again after every reset by design: S8 judges it, not S4
+    in_regions = analyze_regions.region_groups(j.regions)
     for key, (_islands, portions) in merged.items():
+        if key[0] in in_regions:
+            continue
         dup_islands = _merge(portions)[0]
         clean += _minus(dup_islands, _merge(tails.get(key, []))[0])
     return clean
@@ -443,6 +452,9 @@ class PythonAnalysis:
     stale: list[dict[str, Any]] = field(default_factory=list)
     #: lines that could not be used (:attr:`Journal.unusable`): counts of 0 with any of them prove nothing
     unusable: int = 0
+    #: S8's violation rows (the Spark verdict's ``details["examples"]`` of S8 hold the first ten) and its numbers
+    region_state: list[dict[str, Any]] = field(default_factory=list)
+    region_summary: dict[str, int] = field(default_factory=dict)
 
 
 def python_analysis(journal: Path) -> PythonAnalysis:
@@ -459,6 +471,7 @@ def python_analysis(journal: Path) -> PythonAnalysis:
     at_risk, risked, judged_commits = _at_risk(j, processing)
     overlaps, outside = _s2_rows(j)
     stale = _stale(j)
+    region_state, region_summary = analyze_regions.s8(j.regions)
     counts = {
         "S1": _s1(j, elected),
         "S2": len(overlaps) + len(outside),
@@ -466,8 +479,10 @@ def python_analysis(journal: Path) -> PythonAnalysis:
         "S3-risk": risked,
         "S4": _s4(j, ranges, processing, merged),
         "S5": len(stale),
+        "S8": len(region_state),
     }
     return PythonAnalysis(
         counts, missing, frozenset(processing), at_risk, judged_commits,
         deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale, unusable=j.unusable,
+        region_state=region_state, region_summary=region_summary,
     )  # fmt: skip

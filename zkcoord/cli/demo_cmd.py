@@ -16,6 +16,7 @@ from zkcoord.errors import ConfigurationError, ZkCoordError
 from zkcoord.testbed.scenario.cluster import Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS
 from zkcoord.testbed.scenario.nemesis import parse_seed, parse_seeds
+from zkcoord.testbed.scenario.region import REGION_STEPS
 from zkcoord.testbed.scenario.runner import NEMESES, SCENARIOS, RunConfig, RunResult, run_scenario
 from zkcoord.testbed.scenario.strategy import STRATEGY_STEPS
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
@@ -40,6 +41,9 @@ def _list() -> None:
     click.echo("\nSteps of the classic-switch scenario:")
     for f in STRATEGY_STEPS.values():
         click.echo(f"  {f.kind:<19} {f.description}")
+    click.echo("\nFaults of the region scenario, in this order:")
+    for kind, description in REGION_STEPS.items():
+        click.echo(f"  {kind:<20} {description}")
 
 
 @click.command()

@@ -58,6 +58,11 @@ class _PartitionSummary:
 @click.option("--size", type=click.IntRange(1, 1 << 20), default=100, show_default=True, help="Value size in bytes.")
 @click.option("--keys", type=click.IntRange(0), default=0, show_default=True, help="Distinct keys (0: round-robin).")
 @click.option("--batch", type=click.IntRange(1, 100_000), default=100, show_default=True, help="Records per batch.")
+@click.option(
+    "--journal-records",
+    is_flag=True,
+    help="Journal every record's key and number (produce.records), for S8's expected aggregate; --size >= 32.",
+)
 @zk_options
 @data_dir_option
 @journal_option
@@ -69,13 +74,22 @@ def produce(
     size: int,
     keys: int,
     batch: int,
+    journal_records: bool,
     zk: str,
     session_timeout: float,
     data_dir: Path | None,
     journal_dir: Path | None,
 ) -> None:
     """Produce records to TOPIC: keyed records by key hash, others round-robin; reports throughput."""
-    config = ProduceConfig(topic=topic, count=None if forever else count, rate=rate, size=size, keys=keys, batch=batch)
+    config = ProduceConfig(
+        topic=topic,
+        count=None if forever else count,
+        rate=rate,
+        size=size,
+        keys=keys,
+        batch=batch,
+        journal_records=journal_records,
+    )
     stop = stop_on_signals()
     journal = open_journal(journal_dir, "producer")
     progress = _Progress(config.count)

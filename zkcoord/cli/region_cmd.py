@@ -23,7 +23,7 @@ from zkcoord.cli.common import (
 from zkcoord.consumer import ConsumerConfig, Subscription
 from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.errors import ConfigurationError, ZkCoordError
-from zkcoord.region.app import AggregateApp
+from zkcoord.region.app import AggregateApp, RegionlessApp
 from zkcoord.region.config import START_POSITIONS, RegionConfig, StartPosition
 from zkcoord.region.driver import RegionDriver
 from zkcoord.region.member import ConsistentRegion
@@ -65,6 +65,12 @@ def region() -> None:
 @click.option("--reset-timeout", type=click.FloatRange(0.5, 3600), default=30.0, show_default=True, metavar="S")
 @click.option("--max-poll-records", type=click.IntRange(1, 1_000_000), default=500, show_default=True)
 @click.option("--max-poll-interval", type=click.FloatRange(1, 86400), default=300.0, show_default=True, metavar="S")
+@click.option(
+    "--unsafe",
+    is_flag=True,
+    help="The demo's contrast: a reset does not restore the checkpoint's state (records consumed again after it are "
+    "counted again).",
+)
 @click.option("--zk", default=default_zk, show_default=DEFAULT_ZK, metavar="HOST:PORT[/chroot]", help="ZooKeeper.")
 @zk_auth_option
 @click.option("--session-timeout", type=click.FloatRange(0.5, 600), default=6.0, show_default=True)
@@ -83,6 +89,7 @@ def member(
     reset_timeout: float,
     max_poll_records: int,
     max_poll_interval: float,
+    unsafe: bool,
     zk: str,
     session_timeout: float,
     shutdown_timeout: float,
@@ -120,7 +127,7 @@ def member(
     registry, metrics = open_metrics(metrics_addr, metrics_port)
     stop = SignalStop("region member", shutdown_timeout)
     journal = open_journal(journal_dir, f"member-{group}")
-    app = AggregateApp()
+    app = RegionlessApp() if unsafe else AggregateApp()
     member_region = ConsistentRegion(consumer_config, config, app, journal=journal)
     registry.register(ConsumerCollector(member_region.consumer))
     registry.register(RegionCollector(member_region.stats, region_id, member_name))

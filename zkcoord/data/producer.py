@@ -30,6 +30,9 @@ from zkcoord.zk import Stat, ZkClient
 
 MAX_RECORD_SIZE = 1 << 20
 
+#: Bytes a value needs to hold its whole ``producer:<n>:`` head, whatever ``n`` (journalled records are read back)
+RECORD_HEAD = 32
+
 
 @dataclass(frozen=True, slots=True)
 class ProduceConfig:
@@ -40,6 +43,8 @@ class ProduceConfig:
     :param size: value size in bytes.
     :param keys: number of distinct keys (``key-0`` ...); 0 means no keys (round-robin).
     :param batch: records per appended batch at most.
+    :param journal_records: also journal each batch's records one by one (``produce.records``: keys and numbers),
+        the evidence S8's expected aggregate is built from; a value must then hold its whole ``<role>:<n>:`` head.
     """
 
     topic: str
@@ -48,6 +53,7 @@ class ProduceConfig:
     size: int = 100
     keys: int = 0
     batch: int = 100
+    journal_records: bool = False
 
     def __post_init__(self) -> None:
         if self.count is not None and self.count < 0:
@@ -60,6 +66,9 @@ class ProduceConfig:
             raise ConfigurationError(f"keys must be within 0..1000000, got {self.keys}")
         if not 1 <= self.batch <= 100_000:
             raise ConfigurationError(f"batch must be within 1..100000, got {self.batch}")
+        if self.journal_records and self.size < RECORD_HEAD:
+            # the number journalled must be readable from the value by the application that sums it
+            raise ConfigurationError(f"--journal-records needs a size of at least {RECORD_HEAD} bytes, got {self.size}")
 
 
 @dataclass(slots=True)
@@ -193,11 +202,12 @@ class Producer:
         while not stop.is_set() and (cfg.count is None or seq < cfg.count):
             n = batch if cfg.count is None else min(batch, cfg.count - seq)
             pending: dict[int, list[tuple[bytes | None, bytes]]] = {}
+            numbers: dict[int, list[tuple[str | None, int]]] = {}
             for i in range(seq, seq + n):
                 key = f"key-{i % cfg.keys}" if cfg.keys else None
-                pending.setdefault(self._partition_of(key), []).append(
-                    (key.encode() if key is not None else None, self._value(i))
-                )
+                partition = self._partition_of(key)
+                pending.setdefault(partition, []).append((key.encode() if key is not None else None, self._value(i)))
+                numbers.setdefault(partition, []).append((key, i))
             now_ms = self._wall_ms()
             for partition, records in sorted(pending.items()):
                 first, last = self._writer(partition).append_batch(records, timestamp_ms=now_ms)
@@ -213,6 +223,15 @@ class Producer:
                     count=len(records),
                     bytes=size,
                 )
+                if cfg.journal_records:
+                    self.journal.emit(
+                        "produce.records",
+                        topic=cfg.topic,
+                        partition=partition,
+                        first=first,
+                        keys=[k for k, _ in numbers[partition]],
+                        values=[v for _, v in numbers[partition]],
+                    )
             seq += n
             self.stats.records = seq
             now = self._clock()

@@ -49,3 +49,13 @@ class AggregateApp:
         """``None``: the initial (empty) state; else a snapshot as :meth:`snapshot` gave it."""
         with self._lock:
             self.state = {} if state is None else {str(k): [int(v[0]), int(v[1])] for k, v in dict(state).items()}
+
+
+class RegionlessApp(AggregateApp):
+    """The demo's contrast (``zkcoord region member --unsafe``): the same aggregate, but a reset does not give it
+    the checkpoint's state back.  It keeps whatever it had counted (nothing after a restart), while the region still
+    rewinds its positions: every record consumed again after a reset is counted again, as an application that
+    keeps its state apart from the group's positions does.  S8 catches it."""
+
+    def restore(self, state: Any) -> None:
+        """Keep the live state (the checkpoint's ``state`` is ignored)."""

@@ -52,6 +52,10 @@ EVENTS: dict[str, str] = {
     "topic.refused": "a topic command was refused: topic, reason",
     "produce.started": "a producer began: topic, partitions, count, rate, size, keys",
     "produce.batch": "records appended to one partition: topic, partition, first, last, count, bytes",
+    "produce.records": (
+        "the records of a batch one by one (a producer started with --journal-records, for S8): topic, partition, "
+        "first, keys (each record's key, null if none), values (each record's number, the n of its value <role>:<n>:)"
+    ),
     "produce.finished": "a producer finished: topic, count, seconds, records_per_s, mb_per_s",
     "log.recovered": "a torn tail was cut off a partition log on open: topic, partition, bytes_cut",
     "log.rewound": (
@@ -348,6 +352,14 @@ FIELD_KINDS: dict[str, str] = {
     "fault": "text",
     "target": "text",
     "detail": "text",
+    # consistent regions (S8)
+    "region": "text",
+    "member": "str",
+    "checkpoint": "int",
+    "offsets": "counts",
+    "state": "text",
+    "keys": "text",
+    "values": "text",
 }
 
 _INT64 = (-(2**63), 2**63 - 1)

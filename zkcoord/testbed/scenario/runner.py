@@ -26,6 +26,7 @@ from zkcoord.testbed.procs import ProcessError, wait_until
 from zkcoord.testbed.scenario.cluster import RunCluster, Workload
 from zkcoord.testbed.scenario.faults import FAULTS, STEPS, Skipped
 from zkcoord.testbed.scenario.nemesis import draw_schedule, run_schedule
+from zkcoord.testbed.scenario.region import REGION_STEPS, run_region
 from zkcoord.testbed.scenario.strategy import OLD, STRATEGY_STEPS, check_switch
 from zkcoord.testbed.scenario.upgrade import UPGRADE_STEPS
 
@@ -49,6 +50,8 @@ class Scenario:
     #: the static group runs the classic protocol on ``range`` and is rolled onto ``roundrobin,range`` (the
     #: classic-switch scenario): its strategy must switch once, at the right moment
     classic_static: bool = False
+    #: a consistent region instead of the two groups (:mod:`~zkcoord.testbed.scenario.region`), judged by S8
+    region: bool = False
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -88,6 +91,12 @@ SCENARIOS: dict[str, Scenario] = {
                  "fences, which never runs the classic protocol (it assigns the group itself)",
                  ("upgrade-strategy",) * Workload().static_consumers, fixed=Workload().static_consumers,
                  classic_static=True),
+        Scenario("region",
+                 "a consistent region (seed 003): three members keep a count and sum per key under it while a member "
+                 "is killed and restarted, one paused past its session, one leaves and joins again, the coordinator "
+                 "fails over and two partitions are added; the last checkpoint must hold every record exactly once "
+                 "(S8); the --unsafe contrast runs region-less members (a reset rewinds positions, not their state)",
+                 tuple(REGION_STEPS), fixed=len(REGION_STEPS), region=True),
     )
 }  # fmt: skip
 
@@ -202,7 +211,9 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
     order += rest
     started = time.monotonic()
     result = RunResult(config.run_dir, config.unsafe)
-    cluster = RunCluster(config.run_dir, config.workload, config.unsafe, config.ensemble, config.zk)
+    # the region scenario's contrast is its members' (region-less), not the brokers' fences
+    fences_off = config.unsafe and not scenario.region
+    cluster = RunCluster(config.run_dir, config.workload, fences_off, config.ensemble, config.zk)
     tail = JournalTail(cluster.journal_dir)
     label = "unsafe" if config.unsafe else "safe"
 
@@ -216,6 +227,17 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
     try:
         connect = cluster.start_zookeeper()
         say(f"[{label}] ZooKeeper at {connect}; run directory {config.run_dir}")
+        if scenario.region:
+            result.problems += run_region(
+                cluster,
+                unsafe=config.unsafe,
+                duration_s=config.duration_s,
+                seed=config.seed,
+                say=lambda line: say(f"[{label}] {line}"),
+                rate=config.workload.rate,
+            )
+            progress("region run ended")
+            return _finish(config, cluster, tail, result, started)
         _start_workload(cluster, scenario)
         cluster.start_producers()
         if config.nemesis == "random":
@@ -264,6 +286,12 @@ def run_scenario(config: RunConfig, say: Say = print) -> RunResult:
         _check_scenario(cluster, scenario, tail, result)
     finally:
         cluster.close()
+    return _finish(config, cluster, tail, result, started)
+
+
+def _finish(config: RunConfig, cluster: RunCluster, tail: JournalTail, result: RunResult, started: float) -> RunResult:
+    """Stop what is left of the cluster and write ``run.json`` (idempotent: the cluster's close is)."""
+    cluster.close()
     tail.poll()
     result.faults = tail.faults
     result.produced, result.consumed, result.rebalances = tail.produced, tail.consumed, tail.rebalances
