@@ -37,6 +37,12 @@ DRIVER_THREADS = 4
 #: Journal bytes per partition of the parsed events (input splits are merged up to this, never split further).
 BYTES_PER_PARTITION = 64 << 20
 
+#: Journal bytes per shuffle partition.  The shuffles carry narrow rows (the keys and ``first, last`` of the range
+#: events, the other events' few columns), about half a journal line's size: without adaptive execution to merge
+#: small shuffle partitions after the fact (session.py), a journal of 10^6 events (220 MB) gets two (both cores of
+#: local[2]) instead of four half-empty ones (at 10^6 events four made 520 tasks where 224 did).
+BYTES_PER_SHUFFLE = 128 << 20
+
 
 def run_analysis(
     run_dirs: Sequence[str | os.PathLike[str]],
@@ -71,7 +77,8 @@ def run_analysis(
         spark, created = get_spark(master, conf)
     try:
         files = [f for r in runs for f in r.files]
-        with spark_errors("analysing the journals"), journals_readable(files), _tuned(spark, _partitions(runs)):
+        shuffles = _partitions(runs, BYTES_PER_SHUFFLE)
+        with spark_errors("analysing the journals"), journals_readable(files), _tuned(spark, shuffles):
             verdicts, data = _analyse(spark, runs, out, say)
     finally:
         if created:
@@ -88,9 +95,10 @@ def run_analysis(
 def _tuned(spark: SparkSession, partitions: int) -> Iterator[None]:
     """Size the shuffles to the input for the analysis, and restore the session's settings after.
 
-    ``partitions`` is the journal's size in :data:`BYTES_PER_PARTITION` units.
-    A small journal (one partition's worth) is analysed with one shuffle partition and without adaptive execution:
-    there is nothing to share out or re-plan, and each extra job and task only adds latency.
+    ``partitions`` is the journal's size in :data:`BYTES_PER_SHUFFLE` units.
+    A small journal (one partition's worth) is analysed with one shuffle partition and, on a cluster too, without
+    adaptive execution (local mode never uses it, session.py): there is nothing to share out or re-plan, and each
+    extra job and task only adds latency.
     """
     shuffle, adaptive, writers = (
         "spark.sql.shuffle.partitions",
@@ -145,9 +153,9 @@ def _refused_regexes(rows: Sequence[Any]) -> dict[str, list[str]]:
     return {run: sorted(keys) for run, keys in refused.items()}
 
 
-def _partitions(runs: Sequence[load.RunInput]) -> int:
-    """Partitions for journals of this size: at least one per :data:`BYTES_PER_PARTITION`."""
-    return max(1, sum(f.stat().st_size for r in runs for f in r.files) // BYTES_PER_PARTITION + 1)
+def _partitions(runs: Sequence[load.RunInput], per: int = BYTES_PER_PARTITION) -> int:
+    """Partitions for journals of this size: at least one per ``per`` bytes."""
+    return max(1, sum(f.stat().st_size for r in runs for f in r.files) // per + 1)
 
 
 def _read(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say) -> tuple[DataFrame, dict[str, Any]]:
