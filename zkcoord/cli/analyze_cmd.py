@@ -46,7 +46,8 @@ def analyze(
     quiet: bool,
 ) -> None:
     """Read the journals of RUN_DIR... and judge S1-S5 (and S3-risk: offsets committed before they were processed,
-    by consumers with auto-commit off); exit 1 unless every run PASSes.
+    by consumers with auto-commit off; S8: a consistent region's checkpointed state against every record produced,
+    n/a without a region); exit 1 unless every run PASSes.
 
     A run FAILs if a property is violated, and is INCONCLUSIVE (not PASS) if journal lines it should have used are
     malformed (wrong JSON, a missing core field, a field of the wrong type), incomplete or of a newer schema.
