@@ -20,6 +20,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from zkcoord.analysis.errors import NoJournalError
 from zkcoord.analysis.schema import CORE_FIELDS, EVENT_COLUMNS, EVENT_SCHEMA, FIELD_KINDS, KNOWN_EVENTS, MAX_VERSION
@@ -28,6 +29,10 @@ from zkcoord.analysis.schema import CORE_FIELDS, EVENT_COLUMNS, EVENT_SCHEMA, FI
 SKIP_REASONS: tuple[str, ...] = ("truncated", "malformed", "newer_schema", "unknown_event", "incomplete")
 
 RANGE_EVENTS = ("produce.batch", "records.consumed", "records.processed")
+
+#: from_json's corrupt-record column: the raw line when a field could not be converted to its schema type.
+CORRUPT = "_unconverted"
+_PARSE_SCHEMA = T.StructType([*EVENT_SCHEMA.fields, T.StructField(CORRUPT, T.StringType())])
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,18 @@ def classify(lines: DataFrame) -> DataFrame:
     # Both parses are columns of their own, each evaluated once per line, not once per expression that reads them.
     variant = F.col("j")
     value = {k: F.variant_get(variant, f"$.{k}", "variant") for k in FIELD_KINDS}
-    present = {k: v.isNotNull() & ~F.is_variant_null(v) for k, v in value.items()}
+    # from_json marks a line it could not convert field for field (a value of the wrong JSON type for a number, a
+    # boolean, a map or an integer beyond 64 bits) in the corrupt-record column, and reads such a field as null.
+    # On a line it converted whole, a null is an absent field: the variant, which most lines leave many fields
+    # absent from, is asked whether a field is there only on the lines from_json could not convert (or where a
+    # string could be another type's text: _mistyped).  A string field never fails the conversion.
+    converted = e[CORRUPT].isNull()
+    present = {
+        k: e[k].isNotNull() | (~converted & v.isNotNull() & ~F.is_variant_null(v))
+        if FIELD_KINDS[k] not in ("str", "text")
+        else e[k].isNotNull()
+        for k, v in value.items()
+    }
     # present and not null, whatever its type: a wrong type is judged after the version (a newer schema may differ)
     core_present = functools.reduce(lambda a, b: a & b, [present[k] for k in CORE_FIELDS])
     mistyped = functools.reduce(
@@ -169,7 +185,7 @@ def classify(lines: DataFrame) -> DataFrame:
     )
     parsed = lines.select(
         "run",
-        F.from_json(F.col("value"), EVENT_SCHEMA).alias("e"),
+        F.from_json(F.col("value"), _PARSE_SCHEMA, {"columnNameOfCorruptRecord": CORRUPT}).alias("e"),
         # the line as a variant (null unless plain JSON: a duplicate key, NaN or Infinity), for the JSON type of each
         # field: from_json turns a value of the wrong type into null, as if the field were absent
         F.try_parse_json(F.col("value")).alias("j"),

@@ -37,6 +37,12 @@ DRIVER_THREADS = 4
 #: Journal bytes per partition of the parsed events (input splits are merged up to this, never split further).
 BYTES_PER_PARTITION = 64 << 20
 
+#: Journal bytes per shuffle partition.  The shuffles carry narrow rows (the keys and ``first, last`` of the range
+#: events, the other events' few columns), about half a journal line's size: without adaptive execution to merge
+#: small shuffle partitions after the fact (session.py), a journal of 10^6 events (220 MB) gets two (both cores of
+#: local[2]) instead of four half-empty ones (at 10^6 events four made 520 tasks where 224 did).
+BYTES_PER_SHUFFLE = 128 << 20
+
 
 def run_analysis(
     run_dirs: Sequence[str | os.PathLike[str]],
@@ -71,7 +77,8 @@ def run_analysis(
         spark, created = get_spark(master, conf)
     try:
         files = [f for r in runs for f in r.files]
-        with spark_errors("analysing the journals"), journals_readable(files), _tuned(spark, _partitions(runs)):
+        shuffles = _partitions(runs, BYTES_PER_SHUFFLE)
+        with spark_errors("analysing the journals"), journals_readable(files), _tuned(spark, shuffles):
             verdicts, data = _analyse(spark, runs, out, say)
     finally:
         if created:
@@ -88,9 +95,10 @@ def run_analysis(
 def _tuned(spark: SparkSession, partitions: int) -> Iterator[None]:
     """Size the shuffles to the input for the analysis, and restore the session's settings after.
 
-    ``partitions`` is the journal's size in :data:`BYTES_PER_PARTITION` units.
-    A small journal (one partition's worth) is analysed with one shuffle partition and without adaptive execution:
-    there is nothing to share out or re-plan, and each extra job and task only adds latency.
+    ``partitions`` is the journal's size in :data:`BYTES_PER_SHUFFLE` units.
+    A small journal (one partition's worth) is analysed with one shuffle partition and, on a cluster too, without
+    adaptive execution (local mode never uses it, session.py): there is nothing to share out or re-plan, and each
+    extra job and task only adds latency.
     """
     shuffle, adaptive, writers = (
         "spark.sql.shuffle.partitions",
@@ -145,9 +153,9 @@ def _refused_regexes(rows: Sequence[Any]) -> dict[str, list[str]]:
     return {run: sorted(keys) for run, keys in refused.items()}
 
 
-def _partitions(runs: Sequence[load.RunInput]) -> int:
-    """Partitions for journals of this size: at least one per :data:`BYTES_PER_PARTITION`."""
-    return max(1, sum(f.stat().st_size for r in runs for f in r.files) // BYTES_PER_PARTITION + 1)
+def _partitions(runs: Sequence[load.RunInput], per: int = BYTES_PER_PARTITION) -> int:
+    """Partitions for journals of this size: at least one per ``per`` bytes."""
+    return max(1, sum(f.stat().st_size for r in runs for f in r.files) // per + 1)
 
 
 def _read(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say) -> tuple[DataFrame, dict[str, Any]]:
@@ -230,19 +238,36 @@ class _Inputs:
 def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say, i: _Inputs) -> _Result:
     produced, consumed, processed, other, bounds = i.produced, i.consumed, i.processed, i.other, i.bounds
     say("computing ownership intervals and merging offset ranges")
-    # Independent Spark jobs are submitted together from a few driver threads: small jobs spend most of their time
-    # in planning and scheduling, which then overlaps.
+    tables_dir = out / "tables"
+
+    def write(name: str, df: DataFrame) -> DataFrame:
+        """Write a table and return it read back: one job, and the table then serves its later users from disk (a
+        table that is also an intermediate result is not checkpointed first and written after)."""
+        path = str(tables_dir / name)
+        (df if name == "outside_ownership" else df.coalesce(1)).write.mode("overwrite").parquet(path)
+        return spark.read.schema(df.schema).parquet(path)  # the schema is known: no footer to read
+
+    def writing(name: str, df: DataFrame) -> Callable[[], DataFrame]:
+        return functools.partial(write, name, df)
+
+    # Independent Spark jobs are submitted together from a few driver threads (rounds: each needs the ones before):
+    # small jobs spend most of their time in planning and scheduling, which then overlaps.
     registrations = tables.of(other, "consumer.registered")
     # Consumed and processed ranges are merged in one job, each kind apart (the ``source`` key).
     both = consumed.withColumn("source", F.lit("consumed")).unionByName(
         processed.withColumn("source", F.lit("processed"))
     )
-    seen, stale, produced_merged, group_merged, regex_rows = _together(
+    seen, produced_merged, group_merged, regex_rows, stale, terms, rebalances, faults, deposed, progress = _together(
         lambda: _checkpoint(tables.last_seen(other, consumed)),
-        lambda: _checkpoint(checks.stale_applied(other)),
         lambda: _checkpoint(ranges.merge_ranges(produced, ("run", "topic", "partition"))),
         lambda: _checkpoint(ranges.merge_ranges(both, (*tables.PARTITION_KEYS, "source"))),
         lambda: checks.regex_keys(registrations).collect(),
+        writing("stale_applied", checks.stale_applied(other)),
+        writing("terms", tables.terms(other, bounds)),
+        writing("rebalances", tables.rebalances(other)),
+        writing("faults", tables.faults(other)),
+        writing("deposed_writes", checks.deposed_writes(other)),
+        writing("progress", tables.progress(produced, consumed, bounds)),
     )
     consumed_merged = group_merged.where(F.col("source") == "consumed").drop("source")
     processed_merged = group_merged.where(F.col("source") == "processed").drop("source")
@@ -251,81 +276,62 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
     judged_merged = consumption.judged(consumed_merged, processed_merged, groups)
     refused = _refused_regexes(regex_rows)
     invalid = sorted({key for keys in refused.values() for key in keys})
-    topics = produced.select("run", "topic").distinct()
-    intervals, subscribed = _together(
-        lambda: _checkpoint(tables.ownership(other, seen)),
+    # the produced topics from the merged islands (few rows), not from every produce.batch again
+    topics = produced_merged.select("run", "topic").distinct()
+    intervals, subscribed, commands = _together(
+        writing("ownership", tables.ownership(other, seen)),
         lambda: _checkpoint(checks.subscribed_topics(registrations, topics, invalid)),
+        writing("commands", tables.commands(other, stale)),
     )
     expected = consumption.expected_ranges(produced_merged, subscribed)
     tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
     # S3-risk: what consumers with auto-commit off committed before their application processed it
     commits = checks.judged_commits(other, groups)
-    missing, duplicates, unprocessed = _together(
-        lambda: _checkpoint(consumption.missing_ranges(expected, judged_merged, groups)),
-        lambda: _checkpoint(consumption.duplicate_ranges(judged_merged, tails, groups)),
-        lambda: _checkpoint(checks.committed_unprocessed(commits, consumed, processed)),
-    )
-
-    say(f"writing tables to {out / 'tables'}")
-    computed = {
-        "terms": tables.terms(other, bounds),
-        "rebalances": tables.rebalances(other),
-        "ownership": intervals,
-        "consumption": consumption.consumption(
-            produced_merged,
-            consumed_merged,
-            subscribed,
-            missing,
-            duplicates,
-            processed_merged=processed_merged,
-            groups=groups,
-        ),
-        "missing_ranges": missing,
-        "duplicate_ranges": duplicates,
-        "committed_unprocessed": unprocessed,
-        "commands": tables.commands(other, stale),
-        "faults": tables.faults(other),
-        "overlaps": checks.with_grants(checks.overlaps(intervals), other),
-        "stale_applied": stale,
-        "deposed_writes": checks.deposed_writes(other),
-        "progress": tables.progress(produced, consumed, bounds),
+    say(f"writing tables to {tables_dir}")
+    missing, duplicates, unprocessed, overlaps, outside = _together(
+        writing("missing_ranges", consumption.missing_ranges(expected, judged_merged, groups)),
+        writing("duplicate_ranges", consumption.duplicate_ranges(judged_merged, tails, groups)),
+        writing("committed_unprocessed", checks.committed_unprocessed(commits, consumed, processed)),
+        writing("overlaps", checks.with_grants(checks.overlaps(intervals), other)),
         # Deliveries outside ownership can be many (an unsafe run): written in parallel.
-        "outside_ownership": checks.outside_ownership(consumed, intervals),
-    }
-
-    def write(name: str, df: DataFrame) -> DataFrame:
-        path = str(out / "tables" / name)
-        (df if name == "outside_ownership" else df.coalesce(1)).write.mode("overwrite").parquet(path)
-        return spark.read.schema(df.schema).parquet(path)  # the schema is known: no footer to read
-
-    written = _together(*[functools.partial(write, name, df) for name, df in computed.items()])
-    disk = dict(zip(computed, written, strict=True))
+        writing("outside_ownership", checks.outside_ownership(consumed, intervals)),
+    )
+    table = consumption.consumption(
+        produced_merged,
+        consumed_merged,
+        subscribed,
+        missing,
+        duplicates,
+        processed_merged=processed_merged,
+        groups=groups,
+    )
+    per_partition = write("consumption", table)
 
     say("computing the verdict")
     t = Tables(
-        terms=disk["terms"],
-        deposed=disk["deposed_writes"],
+        terms=terms,
+        deposed=deposed,
         intervals=intervals,
-        overlaps=disk["overlaps"],
-        outside=disk["outside_ownership"],
+        overlaps=overlaps,
+        outside=outside,
         missing=missing,
         duplicates=duplicates,
         unprocessed=unprocessed,
         commits=commits,
-        consumption=disk["consumption"],
+        consumption=per_partition,
         stale=stale,
         rejections=checks.rejections(other),
-        rebalances=disk["rebalances"],
-        faults=disk["faults"],
+        rebalances=rebalances,
+        faults=faults,
     )
     verdicts = run_verdicts(t, runs, i.reads, refused)
     say("collecting report data")
     frames = {
         "intervals": intervals,
-        "overlaps": disk["overlaps"],
-        "rebalances": disk["rebalances"],
-        "faults": disk["faults"],
-        "progress": disk["progress"],
-        "commands": disk["commands"],
+        "overlaps": overlaps,
+        "rebalances": rebalances,
+        "faults": faults,
+        "progress": progress,
+        "commands": commands,
     }
     return verdicts, ReportData.collect(frames, i.first_ts)
