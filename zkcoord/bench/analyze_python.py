@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zkcoord.bench.involved import Involved
 from zkcoord.layout import topic_regex
 from zkcoord.runtime.journal import ReadStats, read_journal
 
@@ -70,11 +71,6 @@ def _intersect(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
         else:
             k += 1
     return out
-
-
-def _minus(a: list[list[int]], b: list[list[int]]) -> int:
-    """Offsets of islands ``a`` that islands ``b`` do not cover."""
-    return sum(last - first + 1 for first, last in _subtract(a, b))
 
 
 def _asof(markers: list[tuple[int, int]], ts: int) -> int | None:
@@ -319,7 +315,8 @@ def _losses(j: Journal) -> dict[tuple[str, str], list[tuple[int, int]]]:
 
 
 def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[str],
-        merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:  # fmt: skip
+        merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> list[dict[str, Any]]:  # fmt: skip
+    """S4's clean duplicates: ``group, topic, partition, first, last, count, judged_on``, in that order."""
     losses = _losses(j)
     commits: dict[Key, list[tuple[int, int]]] = defaultdict(list)
     for ts, f in j.by["offsets.committed"]:
@@ -336,10 +333,20 @@ def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[st
                 lo = max(first, done[k][1]) if k >= 0 else first
                 if ts <= end and lo <= last:
                     tails[(group, topic, partition)].append((lo, last))
-    clean = 0
-    for key, (_islands, portions) in merged.items():
-        dup_islands = _merge(portions)[0]
-        clean += _minus(dup_islands, _merge(tails.get(key, []))[0])
+    clean = []
+    for (group, topic, partition), (_islands, portions) in sorted(merged.items()):
+        for a, b in _subtract(_merge(portions)[0], _merge(tails.get((group, topic, partition), []))[0]):
+            clean.append(
+                {
+                    "group": group,
+                    "topic": topic,
+                    "partition": partition,
+                    "first": a,
+                    "last": b,
+                    "count": b - a + 1,
+                    "judged_on": "processed" if group in processing else "consumed",
+                }
+            )
     return clean
 
 
@@ -441,6 +448,10 @@ class PythonAnalysis:
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     outside: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
+    #: the rows behind S3 and S4 with who was involved (:class:`zkcoord.bench.involved.Involved`), in the Spark
+    #: verdict's example form: the first ten missing ranges and clean duplicate ranges
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    duplicated: list[dict[str, Any]] = field(default_factory=list)
     #: lines that could not be used (:attr:`Journal.unusable`): counts of 0 with any of them prove nothing
     unusable: int = 0
 
@@ -459,15 +470,18 @@ def python_analysis(journal: Path) -> PythonAnalysis:
     at_risk, risked, judged_commits = _at_risk(j, processing)
     overlaps, outside = _s2_rows(j)
     stale = _stale(j)
+    duplicates = _s4(j, ranges, processing, merged)
     counts = {
         "S1": _s1(j, elected),
         "S2": len(overlaps) + len(outside),
         "S3": sum(m["count"] for m in missing),
         "S3-risk": risked,
-        "S4": _s4(j, ranges, processing, merged),
+        "S4": sum(d["count"] for d in duplicates),
         "S5": len(stale),
     }
+    involved = Involved(ranges, _intervals(j), j.applied, j.by["offsets.committed"])
     return PythonAnalysis(
         counts, missing, frozenset(processing), at_risk, judged_commits,
         deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale, unusable=j.unusable,
+        lost=involved.lost(missing), duplicated=involved.duplicated(duplicates),
     )  # fmt: skip
