@@ -284,7 +284,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         writing("commands", tables.commands(other, stale)),
     )
     expected = consumption.expected_ranges(produced_merged, subscribed)
-    tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
+    judged = consumption.judged(consumed, processed, groups)
+    tails = checks.crash_tails(other, judged, seen)
     # S3-risk: what consumers with auto-commit off committed before their application processed it
     commits = checks.judged_commits(other, groups)
     say(f"writing tables to {tables_dir}")
@@ -323,6 +324,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         rejections=checks.rejections(other),
         rebalances=rebalances,
         faults=faults,
+        judged=judged,
+        events=other,
     )
     verdicts = run_verdicts(t, runs, i.reads, refused)
     say("collecting report data")
