@@ -180,6 +180,7 @@ def violations_run(run_dir: Path) -> Run:
     r.produce(1640, 0, 100, 149)
     r.consumed(1650, A, 0, 100, 119)
     r.consumed(1660, A, 0, 130, 149)
+    r.commit(1670, A, 0, 150)  # past the gap: the commit that makes it a loss for good
     # S4 clean duplicate: B consumes t-1 95..99 again.
     r.consumed(1650, B, 1, 95, 99)
     # S4 allowed: on topic u, D consumes 0..49, commits 20, dies (no deregistration); E re-consumes 20..59.
@@ -217,6 +218,37 @@ def violations_run(run_dir: Path) -> Run:
                         generation=2)  # fmt: skip
     return r
 
+
+def delivery(
+    consumer: str,
+    ts: int,
+    first: int,
+    last: int,
+    interval: tuple[int, int] | None,
+    command: str | None = None,
+    epoch: int | None = None,
+    generation: int | None = 1,
+) -> dict[str, Any]:
+    """One delivery of an S3 or S4 example: a consumer's range, when, and the ownership interval it was delivered
+    under (``interval``: start, end; None: none) with its generation and the start-fetcher that granted it."""
+    start, end = interval if interval is not None else (None, None)
+    return {"consumer": consumer, "ts": ts, "first": first, "last": last, "start_ts": start, "end_ts": end,
+            "generation": generation if interval is not None else None, "command": command, "epoch": epoch}  # fmt: skip
+
+
+#: The S3 and S4 examples of :func:`violations_run`: A delivered t-0 ..119 and then 130.. under its interval from
+#: generation 2's start (cmd-1-2, epoch 1), and committed 150; B delivered t-1 50..99 and then 95..99 again.
+VIOLATION_LOST = {
+    "group": GROUP, "topic": TOPIC, "partition": 0, "first": 120, "last": 129, "count": 10, "judged_on": "consumed",
+    "before": delivery(A, 1650, 100, 119, (1551, 1700), "cmd-1-2", 1),
+    "after": delivery(A, 1660, 130, 149, (1551, 1700), "cmd-1-2", 1),
+    "commit": {"consumer": A, "ts": 1670, "offset": 150},
+}  # fmt: skip
+VIOLATION_DUPLICATE = {
+    "group": GROUP, "topic": TOPIC, "partition": 1, "first": 95, "last": 99, "count": 5, "judged_on": "consumed",
+    "delivery_a": delivery(B, 1600, 50, 99, (1556, 1700), "cmd-1-2", 1),
+    "delivery_b": delivery(B, 1650, 95, 99, (1556, 1700), "cmd-1-2", 1),
+}  # fmt: skip
 
 #: A member of :func:`damaged_run` whose black list is outside the topic-pattern dialect (it never fetches)
 OUTSIDE_MEMBER = "g_h-1000-00000009"
@@ -276,6 +308,14 @@ def processed_run(run_dir: Path, *, gap: bool = False) -> Run:
     return r
 
 
+#: The S3 example of :func:`processed_run` with ``gap``: A's application finished t-0 ..74 under A's interval from
+#: generation 2's start and nothing after, and A's commit of 100 at 1610 went past the gap.
+GAP_LOST = {
+    "group": GROUP, "topic": TOPIC, "partition": 0, "first": PROCESSED_GAP[0], "last": PROCESSED_GAP[1], "count": 25,
+    "judged_on": "processed", "before": delivery(A, 1605, 50, 74, (1551, 1700), "cmd-1-2", 1), "after": None,
+    "commit": {"consumer": A, "ts": 1610, "offset": 100},
+}  # fmt: skip
+
 H = "h_h-1000-0000000f"
 
 
@@ -330,6 +370,13 @@ def poll_timeout_run(run_dir: Path, *, timeout: bool = True) -> Run:
         r.consumers[cid].emit(1810, "consumer.deregistered", group=GROUP, consumer=cid)
     return r
 
+
+#: The S4 example of :func:`poll_timeout_run` without the timeout: A's application finished 50..74 under A's only
+#: interval, B's 50..99 under B's; no start-fetcher was journalled.
+DUPLICATE_WITHOUT_TIMEOUT = {
+    "group": GROUP, "topic": TOPIC, "partition": 0, "first": 50, "last": 79, "count": 30, "judged_on": "processed",
+    "delivery_a": delivery(A, 1400, 50, 74, (1250, 1500)), "delivery_b": delivery(B, 1650, 50, 99, (1600, 1800)),
+}  # fmt: skip
 
 #: What :func:`at_risk_run` commits before it is processed, per consumer (S3-risk: 20 + 50 offsets)
 AT_RISK = [

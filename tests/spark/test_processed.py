@@ -10,8 +10,19 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import AT_RISK, PROCESSED_EXPECTED, PROCESSED_GAP, A, B
+from tests.spark.journals import (
+    AT_RISK,
+    DUPLICATE_WITHOUT_TIMEOUT,
+    GAP_LOST,
+    PROCESSED_EXPECTED,
+    PROCESSED_GAP,
+    A,
+    B,
+    H,
+    delivery,
+)
 from zkcoord.analysis import Verdict
+from zkcoord.analysis.assemble import RANGE_EXAMPLE
 
 pytestmark = pytest.mark.spark
 
@@ -22,9 +33,9 @@ def test_a_record_consumed_and_committed_but_never_processed_is_missing(
     gap = processed_runs_verdict[1].run("gap")
     assert {p.key: p.count for p in gap.properties} == PROCESSED_EXPECTED["gap"]
     s3 = gap.property("S3").details
-    first, last = PROCESSED_GAP
-    missing = {"group": "g", "topic": "t", "partition": 0, "first": first, "last": last, "count": 25}
-    assert s3["examples"] == [{**missing, "judged_on": "processed"}]
+    # who was involved: A's application finished ..74 and nothing after, and A committed 100 past the gap
+    assert s3["examples"] == [GAP_LOST]
+    assert (GAP_LOST["first"], GAP_LOST["last"]) == PROCESSED_GAP
     assert (s3["judged_on"], s3["consumed_distinct"], s3["processed_distinct"]) == ("processed", 200, 175)
     assert gap.status == "FAIL" and gap.judged_on == "processed"
 
@@ -41,9 +52,11 @@ def test_each_group_is_judged_on_its_own_records(processed_runs_verdict: tuple[P
     mixed = processed_runs_verdict[1].run("mixed")
     assert {p.key: p.count for p in mixed.properties} == PROCESSED_EXPECTED["mixed"]
     s3 = mixed.property("S3").details
-    assert s3["examples"] == [
-        {"group": "h", "topic": "t", "partition": 1, "first": 90, "last": 99, "count": 10, "judged_on": "consumed"}
-    ]
+    [lost] = s3["examples"]
+    assert {k: lost[k] for k in RANGE_EXAMPLE} == {
+        "group": "h", "topic": "t", "partition": 1, "first": 90, "last": 99, "count": 10, "judged_on": "consumed"
+    }  # fmt: skip
+    assert (lost["before"], lost["after"], lost["commit"]) == (delivery(H, 1300, 0, 89, (1250, 1310)), None, None)
     assert (s3["groups_on_processed"], s3["groups_on_consumed"]) == (1, 1)
     assert mixed.judged_on == "processed+consumed"
 
@@ -52,8 +65,10 @@ def test_a_duplicate_after_a_poll_timeout_is_allowed(processed_runs_verdict: tup
     verdict = processed_runs_verdict[1]
     timeout, control = verdict.run("timeout").property("S4"), verdict.run("no-timeout").property("S4")
     assert (timeout.count, timeout.details["duplicate_offsets"], timeout.details["after_crash"]) == (0, 30, 30)
-    # the same run without the poll timeout: the member left nothing uncommitted, so the 30 are clean duplicates
+    # the same run without the poll timeout: the member left nothing uncommitted, so the 30 are clean duplicates,
+    # listed with who delivered them: A's application first, B's after it took the partition over
     assert (control.count, control.details["after_crash"]) == (30, 0)
+    assert control.details["examples"] == [DUPLICATE_WITHOUT_TIMEOUT]
     assert verdict.run("timeout").status == "PASS"
 
 

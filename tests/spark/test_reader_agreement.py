@@ -12,9 +12,19 @@ import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
 
-from tests.spark.journals import PROCESSED_EXPECTED, A, B, C, clean_run, finish
+from tests.spark.journals import (
+    PROCESSED_EXPECTED,
+    VIOLATION_DUPLICATE,
+    VIOLATION_LOST,
+    A,
+    B,
+    C,
+    clean_run,
+    finish,
+)
 from tests.spark.region_journals import DOUBLE_ROWS
 from zkcoord.analysis import Verdict
+from zkcoord.analysis.assemble import EXAMPLES, RANGE_EXAMPLE
 from zkcoord.analysis.load import classify
 from zkcoord.bench.analyze_python import python_analysis
 from zkcoord.cli.analyze_cmd import analyze
@@ -159,14 +169,17 @@ def test_a_run_with_mistyped_lines_is_inconclusive_not_pass(spark: SparkSession,
 
 def test_both_verdicts_agree_on_runs_with_processed_records(processed_runs_verdict: tuple[Path, Verdict]) -> None:
     """The Spark verdict and the single-process reference (:func:`python_analysis`) count the same violations of
-    every property, and name the same missing ranges and the same ranges committed unprocessed (S3-risk, with the
-    same commits judged), on runs judged on processed records."""
+    every property, and name the same missing and duplicated ranges with the same deliveries, intervals, commands
+    and commits involved, and the same ranges committed unprocessed (S3-risk, with the same commits judged), on runs
+    judged on processed records."""
     base, verdict = processed_runs_verdict
     for name, expected in PROCESSED_EXPECTED.items():
         ref = python_analysis(base / name / "journal")
         spark_run = verdict.run(name)
         assert {p.key: p.count for p in spark_run.properties} == ref.counts == expected, name
-        assert spark_run.property("S3").details["examples"] == ref.missing, name
+        assert spark_run.property("S3").details["examples"] == ref.lost, name
+        assert spark_run.property("S4").details["examples"] == ref.duplicated, name
+        assert [{k: e[k] for k in RANGE_EXAMPLE} for e in ref.lost] == ref.missing[:EXAMPLES], name
         risk = spark_run.property("S3-risk").details
         assert (risk["examples"], risk["commits_judged"]) == (ref.at_risk, ref.commits_judged), name
 
@@ -175,7 +188,9 @@ def test_both_readers_name_the_same_violations_in_the_same_detail(analysed_runs:
     """Each violation the report lists comes from the verdict's examples; the reference reader finds the same rows:
     S1's deposed writes (broker process, command, its epoch against the elected one, generation), S2's overlapping
     pairs (the interval of each side, its generation and the start-fetcher that granted it) and deliveries outside
-    ownership, and S5's stale commands (name, epoch and generation against those already applied)."""
+    ownership, S3's lost and S4's duplicated ranges (the deliveries around and of them, each with its interval,
+    generation and granting command, and the commit past a gap), and S5's stale commands (name, epoch and generation
+    against those already applied)."""
     base, verdict = analysed_runs
     for name in ("clean", "violations"):
         ref = python_analysis(base / name / "journal")
@@ -185,11 +200,15 @@ def test_both_readers_name_the_same_violations_in_the_same_detail(analysed_runs:
         assert s2["examples"] == ref.overlaps, name
         assert s2["outside_examples"] == ref.outside, name
         assert s5["examples"] == ref.stale, name
+        assert run.property("S3").details["examples"] == ref.lost, name
+        assert run.property("S4").details["examples"] == ref.duplicated, name
     bad = verdict.run("violations")
     [pair] = bad.property("S2").details["examples"]
     # A was given t-0 by generation 2's start (epoch 1) and C fetched it at 1580 without one: the grant is null
     assert (pair["consumer_a"], pair["consumer_b"], pair["command_a"], pair["epoch_a"]) == (A, C, "cmd-1-2", 1)
     assert (pair["start_b"], pair["command_b"], pair["epoch_b"]) == (1580, None, None)
+    assert bad.property("S3").details["examples"] == [VIOLATION_LOST]
+    assert bad.property("S4").details["examples"] == [VIOLATION_DUPLICATE]
     assert [(s["consumer"], s["name"], s["seen_epoch"]) for s in bad.property("S5").details["examples"]] == [
         (A, "cmd-1-2", 2),
         (B, "cmd-1-3", 1),

@@ -105,10 +105,16 @@ def test_the_unsafe_runs_report_loads_cleanly_and_shows_each_violation(
     assert overlap[3] == "0.580 .. 0.650 s (70 ms)", overlap  # seconds since the run's first event (at 1000 ms)
     assert "cmd-1-2" in overlap[5] and overlap[6] == "1" and overlap[7] == "1", overlap
     assert any("outside ownership" in r[1] and C in r[4] and "100..109" in r[3] for r in by_prop["S2"])
+    # S3: from A's delivery just below the gap (at 1650) to its next one above it (1660), both under the interval
+    # generation 2's start-fetcher granted; A's commit past the gap is named
     [lost] = by_prop["S3"]
-    assert lost[2] == "g t-0" and "120..129" in lost[3], lost
+    assert (lost[2], lost[3]) == ("g t-0", "0.650 .. 0.660 s (10 ms); offsets 120..129"), lost
+    assert (lost[4], lost[5], lost[6], lost[7]) == (A, "cmd-1-2", "1", "1"), lost
+    assert "committed 150" in lost[8], lost
+    # S4: from B's first delivery of 95..99 (at 1600) to its second (1650)
     [duplicated] = by_prop["S4"]
-    assert duplicated[2] == "g t-1" and "95..99" in duplicated[3], duplicated
+    assert (duplicated[2], duplicated[3]) == ("g t-1", "0.600 .. 0.650 s (50 ms); offsets 95..99"), duplicated
+    assert (duplicated[4], duplicated[5], duplicated[6], duplicated[7]) == (B, "cmd-1-2", "1", "1"), duplicated
     [stale_a, stale_b] = by_prop["S5"]
     assert (A in stale_a[4], "cmd-1-2" in stale_a[5], stale_a[6], stale_a[7]) == (True, True, "1, 2", "2, 3")
     assert (B in stale_b[4], stale_b[6], stale_b[7]) == (True, "1", "3, 4"), stale_b

@@ -13,12 +13,18 @@ from pathlib import Path
 from tests.spark.journals import (
     AT_RISK,
     DAMAGE,
+    DUPLICATE_WITHOUT_TIMEOUT,
     EXPECTED,
+    GAP_LOST,
     PROCESSED_EXPECTED,
     PROCESSED_GAP,
+    VIOLATION_DUPLICATE,
+    VIOLATION_LOST,
+    H,
     at_risk_run,
     clean_run,
     damaged_run,
+    delivery,
     finish,
     mixed_groups_run,
     poll_timeout_run,
@@ -137,3 +143,23 @@ def test_lines_it_could_not_use_are_counted_so_zero_violations_prove_nothing_wit
     assert clean.unusable == 0
     assert damaged.counts == dict.fromkeys(EXPECTED, 0), "the damage itself breaks no property: only its count shows"
     assert damaged.unusable == DAMAGE["malformed"] + DAMAGE["newer_schema"] + DAMAGE["incomplete"]
+
+
+def test_each_lost_and_duplicated_range_names_who_delivered_around_it(tmp_path: Path) -> None:
+    """S3's rows name the delivery that ended just before the gap and the one that began after it, each with the
+    ownership interval it was delivered under (its generation, the start-fetcher that granted it and that command's
+    epoch), and the first commit past the gap's first offset; S4's rows the first two deliveries of the duplicated
+    offsets, in time order."""
+    processed_run(tmp_path / "gap", gap=True)
+    violations_run(tmp_path / "violations")
+    mixed_groups_run(tmp_path / "mixed")
+    poll_timeout_run(tmp_path / "no-timeout", timeout=False)
+    gap, bad, mixed, twice = (
+        python_analysis(tmp_path / name / "journal") for name in ("gap", "violations", "mixed", "no-timeout")
+    )
+    assert (gap.lost, gap.duplicated) == ([GAP_LOST], [])
+    assert (bad.lost, bad.duplicated) == ([VIOLATION_LOST], [VIOLATION_DUPLICATE])
+    # h's consumer fetched 0..89 under an interval no journalled command granted; its commit of 90 is not past 90
+    [h] = mixed.lost
+    assert (h["before"], h["after"], h["commit"]) == (delivery(H, 1300, 0, 89, (1250, 1310)), None, None)
+    assert (twice.lost, twice.duplicated) == ([], [DUPLICATE_WITHOUT_TIMEOUT])

@@ -13,6 +13,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from zkcoord.analysis.involved import explain
 from zkcoord.analysis.load import RunInput
 from zkcoord.analysis.ranges import length, merge_ranges
 from zkcoord.analysis.regions import VIOLATION_COLUMNS
@@ -23,6 +24,9 @@ Rows = dict[str, dict[str, Any]]
 
 #: How many offending rows of each kind verdict.json lists (the tables hold them all).
 EXAMPLES = 10
+
+#: The columns of an S3 or S4 example before who was involved (:mod:`zkcoord.analysis.involved`).
+RANGE_EXAMPLE = ("group", "topic", "partition", "first", "last", "count", "judged_on")
 
 OUTCOMES = ("completed", "aborted", "retrying", "failed", "unfinished")
 
@@ -49,6 +53,10 @@ class Tables:
     #: S8: the violation rows (zkcoord.analysis.regions.VIOLATION_COLUMNS) and the long rows of its numbers
     region_state: DataFrame
     region_summary: DataFrame
+    #: what the S3 and S4 examples are explained from (:func:`zkcoord.analysis.involved.explain`): the judged ranges
+    #: and the parsed events other than ranges
+    judged: DataFrame
+    events: DataFrame
 
 
 def metrics(df: DataFrame, **aggs: Column) -> DataFrame:
@@ -60,19 +68,25 @@ def metrics(df: DataFrame, **aggs: Column) -> DataFrame:
     )
 
 
-def examples(df: DataFrame, name: str, order: Sequence[str], columns: Sequence[str]) -> DataFrame:
-    """Up to :data:`EXAMPLES` rows per run as JSON: ``run, metric (example:<name>), value (rank), text``."""
+def ranked(df: DataFrame, order: Sequence[str]) -> DataFrame:
+    """The first :data:`EXAMPLES` rows of each run in ``order``, ranked (``_n``, from 1)."""
     rank = F.row_number().over(Window.partitionBy("run").orderBy(*order))
-    return (
-        df.withColumn("_n", rank)
-        .where(F.col("_n") <= EXAMPLES)
-        .select(
-            "run",
-            F.lit(f"example:{name}").alias("metric"),
-            F.col("_n").cast("double").alias("value"),
-            F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).alias("text"),
-        )
+    return df.withColumn("_n", rank).where(F.col("_n") <= EXAMPLES)
+
+
+def as_examples(df: DataFrame, name: str, columns: Sequence[str]) -> DataFrame:
+    """Ranked rows (:func:`ranked`) as JSON: ``run, metric (example:<name>), value (rank), text``."""
+    return df.select(
+        "run",
+        F.lit(f"example:{name}").alias("metric"),
+        F.col("_n").cast("double").alias("value"),
+        F.to_json(F.struct(*columns), {"ignoreNullFields": "false"}).alias("text"),
     )
+
+
+def examples(df: DataFrame, name: str, order: Sequence[str], columns: Sequence[str]) -> DataFrame:
+    """Up to :data:`EXAMPLES` rows per run as JSON (:func:`as_examples`)."""
+    return as_examples(ranked(df, order), name, columns)
 
 
 def _collect(parts: Sequence[DataFrame]) -> tuple[Rows, dict[str, dict[str, list[dict[str, Any]]]]]:
@@ -103,6 +117,15 @@ def run_verdicts(
     ``invalid_regexes``: per run, the regex subscriptions outside the topic-pattern dialect, which S3 left out.
     """
     n = F.count(F.lit(1))
+    order = ["group", "topic", "partition", "first"]
+    lost, duplicated = explain(
+        ranked(t.missing, order),
+        # a group in a consistent region consumes again after each reset by design: S8 judges it, not S4
+        ranked(t.duplicates.where(~F.col("after_crash") & ~F.col("region")), order),
+        t.judged,
+        t.intervals,
+        t.events,
+    )
     parts = [
         metrics(t.terms, elections=n, regressions=F.count_if("epoch_regression"), max_epoch=F.max("epoch")),
         metrics(t.deposed, deposed=n),
@@ -167,18 +190,11 @@ def run_verdicts(
             ["group", "topic", "partition", "consumer", "ts", "first", "last"],
         ),
         examples(
-            t.duplicates.where(~F.col("after_crash") & ~F.col("region")), "duplicates",
-            ["group", "topic", "partition", "first"],
-            ["group", "topic", "partition", "first", "last", "count", "judged_on"],
-        ),
-        examples(
             t.deposed, "deposed", ["ts", "group", "consumer"],
             ["ts", "role", "pid", "group", "consumer", "option", "epoch", "elected_epoch", "generation"],
         ),
-        examples(
-            t.missing, "missing", ["group", "topic", "partition", "first"],
-            ["group", "topic", "partition", "first", "last", "count", "judged_on"],
-        ),
+        as_examples(lost, "missing", [*RANGE_EXAMPLE, "before", "after", "commit"]),
+        as_examples(duplicated, "duplicates", [*RANGE_EXAMPLE, "delivery_a", "delivery_b"]),
         examples(
             t.unprocessed.withColumn("count", length()), "at_risk",
             ["group", "topic", "partition", "first", "consumer"],

@@ -284,7 +284,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         writing("commands", tables.commands(other, stale)),
     )
     expected = consumption.expected_ranges(produced_merged, subscribed)
-    tails = checks.crash_tails(other, consumption.judged(consumed, processed, groups), seen)
+    judged = consumption.judged(consumed, processed, groups)
+    tails = checks.crash_tails(other, judged, seen)
     # S3-risk: what consumers with auto-commit off committed before their application processed it
     commits = checks.judged_commits(other, groups)
     # S8: the states of a consistent region's checkpoints against the records produced (region runs only)
@@ -332,6 +333,8 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         faults=faults,
         region_state=region_state,
         region_summary=regions.region_summary(other, records),
+        judged=judged,
+        events=other,
     )
     verdicts = run_verdicts(t, runs, i.reads, refused)
     say("collecting report data")

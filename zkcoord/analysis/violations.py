@@ -18,8 +18,9 @@ from zkcoord.analysis.verdict import RunVerdict
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """One violation.  ``start_ts``/``end_ts``: wall-clock ms of the journal (``None`` for S3/S3-risk, which are about
-    offsets, not a moment); ``offsets``: ``first..last`` when the violation is about records."""
+    """One violation.  ``start_ts``/``end_ts``: wall-clock ms of the journal (``None`` for S3-risk, which is about
+    offsets, not a moment; S3's and S4's span the deliveries involved); ``offsets``: ``first..last`` when the
+    violation is about records."""
 
     run: str
     prop: str
@@ -52,6 +53,30 @@ def _ints(*values: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _under(d: dict[str, Any]) -> str:
+    """Which ownership interval a delivery was made under, in words."""
+    if d.get("start_ts") is None:
+        return " under no ownership interval"
+    granted = f", granted by {d['command']}" if d.get("command") else ", no start-fetcher journalled before it"
+    return f" under its interval of generation {d.get('generation')}{granted}"
+
+
+def _involved(run: str, prop: str, kind: str, e: dict[str, Any], *, deliveries: tuple[dict[str, Any] | None, ...],
+              commit: dict[str, Any] | None, detail: str) -> Violation:  # fmt: skip
+    """An S3 or S4 row: its interval spans the deliveries involved (the commit's moment if there are none), its
+    processes are their consumers and the committer, its commands those that granted their intervals."""
+    found = [d for d in deliveries if d is not None]
+    moments = [d["ts"] for d in found] or ([commit["ts"]] if commit is not None else [])
+    processes = [d["consumer"] for d in found] + ([commit["consumer"]] if commit is not None else [])
+    return Violation(
+        run, prop, kind, e["group"], e["topic"], e["partition"], min(moments, default=None),
+        max(moments, default=None), tuple(dict.fromkeys(p for p in processes if p is not None)),
+        tuple(dict.fromkeys(d["command"] for d in found if d.get("command"))),
+        _ints(*[d.get("epoch") for d in found]), _ints(*[d.get("generation") for d in found]),
+        f"{e['first']}..{e['last']}", detail,
+    )  # fmt: skip
+
+
 def violations(run: RunVerdict) -> list[Violation]:
     """Every violation the verdict of ``run`` lists, S1 to S5 and S8 in order."""
     out: list[Violation] = []
@@ -81,10 +106,17 @@ def violations(run: RunVerdict) -> list[Violation]:
             "handed to the application while its consumer owned no interval of the partition",
         ))  # fmt: skip
     for e in run.property("S3").details.get("examples", []):
-        out.append(Violation(
-            name, "S3", "records lost", e["group"], e["topic"], e["partition"], None, None, (), (), (), (),
-            f"{e['first']}..{e['last']}", f"{e['count']} offsets produced and never {e['judged_on']}",
-        ))  # fmt: skip
+        before, after, commit = e.get("before"), e.get("after"), e.get("commit")
+        said = [f"{e['count']} offsets produced and never {e['judged_on']}"]
+        if before is not None:
+            said.append(f"{before['consumer']} {e['judged_on']} ..{before['last']}{_under(before)}")
+        if after is not None:
+            said.append(f"{after['consumer']} {e['judged_on']} {after['first']}..{_under(after)}")
+        if commit is not None:
+            said.append(f"{commit['consumer']} committed {commit['offset']}, past them")
+        out.append(
+            _involved(name, "S3", "records lost", e, deliveries=(before, after), commit=commit, detail="; ".join(said))
+        )
     for e in run.property("S3-risk").details.get("examples", []):
         out.append(Violation(
             name, "S3-risk", "committed unprocessed", e["group"], e["topic"], e["partition"], None, None,
@@ -92,10 +124,15 @@ def violations(run: RunVerdict) -> list[Violation]:
             f"{e['count']} offsets committed before the application had processed them",
         ))  # fmt: skip
     for e in run.property("S4").details.get("examples", []):
-        out.append(Violation(
-            name, "S4", "duplicated by a clean rebalance", e["group"], e["topic"], e["partition"], None, None,
-            (), (), (), (), f"{e['first']}..{e['last']}", f"{e['count']} offsets {e['judged_on']} twice",
-        ))  # fmt: skip
+        a, b = e.get("delivery_a"), e.get("delivery_b")
+        said = [f"{e['count']} offsets {e['judged_on']} twice"]
+        said += [f"{x} by {d['consumer']} ({d['first']}..{d['last']}){_under(d)}"
+                 for x, d in (("first", a), ("again", b)) if d is not None]  # fmt: skip
+        out.append(
+            _involved(
+                name, "S4", "duplicated by a clean rebalance", e, deliveries=(a, b), commit=None, detail="; ".join(said)
+            )
+        )
     for e in run.property("S5").details.get("examples", []):
         out.append(Violation(
             name, "S5", "stale command applied", e["group"], None, None, e["applied_ts"], e["applied_ts"],

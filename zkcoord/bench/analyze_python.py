@@ -20,77 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from zkcoord.bench import analyze_regions
+from zkcoord.bench.involved import Involved
+from zkcoord.bench.spans import asof as _asof
+from zkcoord.bench.spans import intersect as _intersect
+from zkcoord.bench.spans import merge as _merge
+from zkcoord.bench.spans import running_max as _running_max
+from zkcoord.bench.spans import subtract as _subtract
 from zkcoord.layout import topic_regex
 from zkcoord.runtime.journal import ReadStats, read_journal
-
-
-def _merge(spans: list[tuple[int, int]]) -> tuple[list[list[int]], list[tuple[int, int]]]:
-    """Islands of ranges and the portions that overlap an earlier range (sorted sweep)."""
-    islands: list[list[int]] = []
-    overlaps: list[tuple[int, int]] = []
-    top = None
-    for first, last in sorted(spans):
-        if top is not None and first <= top:
-            overlaps.append((first, min(last, top)))
-        if top is None or first > top + 1:
-            islands.append([first, last])
-        else:
-            islands[-1][1] = max(islands[-1][1], last)
-        top = last if top is None else max(top, last)
-    return islands, overlaps
-
-
-def _subtract(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
-    """The ranges of islands ``a`` that islands ``b`` do not cover (both sorted and disjoint: one sweep)."""
-    out: list[tuple[int, int]] = []
-    j = 0
-    for first, last in a:
-        while j < len(b) and b[j][1] < first:
-            j += 1
-        lo, k = first, j
-        while k < len(b) and b[k][0] <= last:
-            if b[k][0] > lo:
-                out.append((lo, b[k][0] - 1))
-            lo = max(lo, b[k][1] + 1)
-            k += 1
-        if lo <= last:
-            out.append((lo, last))
-    return out
-
-
-def _intersect(a: list[list[int]], b: list[list[int]]) -> list[tuple[int, int]]:
-    """The ranges both islands ``a`` and ``b`` cover (both sorted and disjoint: one sweep)."""
-    out: list[tuple[int, int]] = []
-    i = k = 0
-    while i < len(a) and k < len(b):
-        lo, hi = max(a[i][0], b[k][0]), min(a[i][1], b[k][1])
-        if lo <= hi:
-            out.append((lo, hi))
-        if a[i][1] < b[k][1]:
-            i += 1
-        else:
-            k += 1
-    return out
-
-
-def _minus(a: list[list[int]], b: list[list[int]]) -> int:
-    """Offsets of islands ``a`` that islands ``b`` do not cover."""
-    return sum(last - first + 1 for first, last in _subtract(a, b))
-
-
-def _asof(markers: list[tuple[int, int]], ts: int) -> int | None:
-    """The largest marker value with a time strictly before ``ts`` (markers sorted by time, with running maxima)."""
-    i = bisect.bisect_left(markers, (ts, -(1 << 62)))
-    return markers[i - 1][1] if i else None
-
-
-def _running_max(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out, top = [], None
-    for ts, value in sorted(pairs):
-        top = value if top is None else max(top, value)
-        out.append((ts, top))
-    return out
-
 
 Key = tuple[Any, ...]
 Delivery = tuple[int, int, int, str]  # ts, first, last, consumer
@@ -324,7 +261,8 @@ def _losses(j: Journal) -> dict[tuple[str, str], list[tuple[int, int]]]:
 
 
 def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[str],
-        merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> int:  # fmt: skip
+        merged: dict[Key, tuple[list[list[int]], list[tuple[int, int]]]]) -> list[dict[str, Any]]:  # fmt: skip
+    """S4's clean duplicates: ``group, topic, partition, first, last, count, judged_on``, in that order."""
     losses = _losses(j)
     commits: dict[Key, list[tuple[int, int]]] = defaultdict(list)
     for ts, f in j.by["offsets.committed"]:
@@ -341,14 +279,24 @@ def _s4(j: Journal, judged_ranges: dict[Key, list[Delivery]], processing: set[st
                 lo = max(first, done[k][1]) if k >= 0 else first
                 if ts <= end and lo <= last:
                     tails[(group, topic, partition)].append((lo, last))
-    clean = 0
+    clean = []
     # a group in a consistent region consumes records again after every reset by design: S8 judges it, not S4
     in_regions = analyze_regions.region_groups(j.regions)
-    for key, (_islands, portions) in merged.items():
-        if key[0] in in_regions:
+    for (group, topic, partition), (_islands, portions) in sorted(merged.items()):
+        if group in in_regions:
             continue
-        dup_islands = _merge(portions)[0]
-        clean += _minus(dup_islands, _merge(tails.get(key, []))[0])
+        for a, b in _subtract(_merge(portions)[0], _merge(tails.get((group, topic, partition), []))[0]):
+            clean.append(
+                {
+                    "group": group,
+                    "topic": topic,
+                    "partition": partition,
+                    "first": a,
+                    "last": b,
+                    "count": b - a + 1,
+                    "judged_on": "processed" if group in processing else "consumed",
+                }
+            )
     return clean
 
 
@@ -450,6 +398,10 @@ class PythonAnalysis:
     overlaps: list[dict[str, Any]] = field(default_factory=list)
     outside: list[dict[str, Any]] = field(default_factory=list)
     stale: list[dict[str, Any]] = field(default_factory=list)
+    #: the rows behind S3 and S4 with who was involved (:class:`zkcoord.bench.involved.Involved`), in the Spark
+    #: verdict's example form: the first ten missing ranges and clean duplicate ranges
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    duplicated: list[dict[str, Any]] = field(default_factory=list)
     #: lines that could not be used (:attr:`Journal.unusable`): counts of 0 with any of them prove nothing
     unusable: int = 0
     #: S8's violation rows (the Spark verdict's ``details["examples"]`` of S8 hold the first ten) and its numbers
@@ -472,17 +424,20 @@ def python_analysis(journal: Path) -> PythonAnalysis:
     overlaps, outside = _s2_rows(j)
     stale = _stale(j)
     region_state, region_summary = analyze_regions.s8(j.regions)
+    duplicates = _s4(j, ranges, processing, merged)
     counts = {
         "S1": _s1(j, elected),
         "S2": len(overlaps) + len(outside),
         "S3": sum(m["count"] for m in missing),
         "S3-risk": risked,
-        "S4": _s4(j, ranges, processing, merged),
+        "S4": sum(d["count"] for d in duplicates),
         "S5": len(stale),
         "S8": len(region_state),
     }
+    involved = Involved(ranges, _intervals(j), j.applied, j.by["offsets.committed"])
     return PythonAnalysis(
         counts, missing, frozenset(processing), at_risk, judged_commits,
         deposed=_deposed(j, elected), overlaps=overlaps, outside=outside, stale=stale, unusable=j.unusable,
         region_state=region_state, region_summary=region_summary,
+        lost=involved.lost(missing), duplicated=involved.duplicated(duplicates),
     )  # fmt: skip
