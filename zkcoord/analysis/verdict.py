@@ -109,10 +109,19 @@ class RunVerdict:
     @property
     def status(self) -> str:
         """``FAIL`` if a property is violated; else ``INCONCLUSIVE`` if lines could not be used
-        (:attr:`ReadCounts.unusable`: the evidence is incomplete, a violation may hide in them); else ``PASS``."""
+        (:attr:`ReadCounts.unusable`: the evidence is incomplete, a violation may hide in them) or the run judged no
+        record (:attr:`judged_nothing`); else ``PASS``."""
         if not all(p.ok for p in self.properties):
             return "FAIL"
-        return "INCONCLUSIVE" if self.read.unusable else "PASS"
+        return "INCONCLUSIVE" if self.read.unusable or self.judged_nothing else "PASS"
+
+    @property
+    def judged_nothing(self) -> bool:
+        """No produced record reached a subscribed group (S3's ``expected`` is 0): S2 to S4 then hold on no
+        evidence, and a run whose producers never produced (a seed that started on an overloaded machine) would
+        otherwise PASS.  A verdict without S3's figures (built by hand) is not judged on this."""
+        s3 = [p for p in self.properties if p.key == "S3"]
+        return bool(s3) and s3[0].details.get("expected") == 0
 
     @property
     def judged_on(self) -> str:
@@ -127,7 +136,7 @@ class RunVerdict:
             return "n/a"
         if not p.ok:
             return f"{p.count} FAIL"
-        return f"{p.count} {'PASS' if self.read.unusable == 0 else 'INCONCLUSIVE'}"
+        return f"{p.count} {'INCONCLUSIVE' if self.read.unusable or self.judged_nothing else 'PASS'}"
 
     def at_risk_note(self) -> str | None:
         """One line on the offsets committed before they were processed (S3-risk), naming the first range; None

@@ -50,7 +50,8 @@ def analyze(
     n/a without a region); exit 1 unless every run PASSes.
 
     A run FAILs if a property is violated, and is INCONCLUSIVE (not PASS) if journal lines it should have used are
-    malformed (wrong JSON, a missing core field, a field of the wrong type), incomplete or of a newer schema.
+    malformed (wrong JSON, a missing core field, a field of the wrong type), incomplete or of a newer schema, or if
+    no produced record reached a subscribed group (nothing was judged).
 
     \b
     A RUN_DIR holds journal/*.jsonl (or is a journal directory itself, or holds run
@@ -91,8 +92,11 @@ def analyze(
     else:
         click.echo(verdict.table())
         click.echo(f"\nverdict: {verdict.status}; tables, verdict.json and report in {verdict.out_dir}")
-        if verdict.status == "INCONCLUSIVE":
+        if any(r.read.unusable for r in verdict.runs):
             click.echo("(lines that could not be used may hide a violation: see 'unusable lines' and docs/analysis.md)")
+        for r in verdict.runs:
+            if r.judged_nothing:
+                click.echo(f"({r.run}: no produced record reached a subscribed group: nothing was judged)")
     if not verdict.ok:
         raise SystemExit(1)
 
