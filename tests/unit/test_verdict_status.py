@@ -33,3 +33,12 @@ def test_a_violation_is_a_failure_even_on_little_evidence() -> None:
 
 def test_a_verdict_without_s3_figures_is_not_judged_on_them() -> None:
     assert run({}).status == "PASS"
+
+
+def test_a_region_run_is_judged_by_its_state() -> None:
+    """A consistent region's records are judged by S8 (its checkpointed state against every record produced)."""
+    props = tuple(
+        PropertyResult(k, t, 0, {"expected": 0} if k == "S3" else {"applicable": True} if k == "S8" else {})
+        for k, t in PROPERTIES.items()
+    )
+    assert RunVerdict("region", "j", ReadCounts(1, 1, 1), props).status == "PASS"

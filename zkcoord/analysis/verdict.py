@@ -117,11 +117,14 @@ class RunVerdict:
 
     @property
     def judged_nothing(self) -> bool:
-        """No produced record reached a subscribed group (S3's ``expected`` is 0): S2 to S4 then hold on no
-        evidence, and a run whose producers never produced (a seed that started on an overloaded machine) would
-        otherwise PASS.  A verdict without S3's figures (built by hand) is not judged on this."""
+        """No produced record reached a subscribed group (S3's ``expected`` is 0) and no consistent region's state was
+        judged (S8 n/a): S2 to S4 then hold on no evidence, and a run whose producers never produced (a seed that
+        started on an overloaded machine) would otherwise PASS.  A verdict without S3's figures (built by hand) is
+        not judged on this."""
         s3 = [p for p in self.properties if p.key == "S3"]
-        return bool(s3) and s3[0].details.get("expected") == 0
+        s8 = [p for p in self.properties if p.key == "S8"]
+        region = bool(s8) and s8[0].details.get("applicable") is True  # a region's records are judged by S8
+        return bool(s3) and s3[0].details.get("expected") == 0 and not region
 
     @property
     def judged_on(self) -> str:
