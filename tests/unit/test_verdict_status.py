@@ -38,7 +38,17 @@ def test_a_verdict_without_s3_figures_is_not_judged_on_them() -> None:
 def test_a_region_run_is_judged_by_its_state() -> None:
     """A consistent region's records are judged by S8 (its checkpointed state against every record produced)."""
     props = tuple(
-        PropertyResult(k, t, 0, {"expected": 0} if k == "S3" else {"applicable": True} if k == "S8" else {})
+        PropertyResult(k, t, 0, {"expected": 0} if k == "S3" else s8 if k == "S8" else {})
         for k, t in PROPERTIES.items()
+        for s8 in ({"applicable": True, "records_journalled": 40},)
     )
     assert RunVerdict("region", "j", ReadCounts(1, 1, 1), props).status == "PASS"
+
+
+def test_a_region_run_whose_producers_journalled_nothing_is_inconclusive() -> None:
+    props = tuple(
+        PropertyResult(k, t, 0, {"expected": 0} if k == "S3" else s8 if k == "S8" else {})
+        for k, t in PROPERTIES.items()
+        for s8 in ({"applicable": True, "records_journalled": 0},)
+    )
+    assert RunVerdict("region", "j", ReadCounts(1, 1, 1), props).status == "INCONCLUSIVE"

@@ -123,7 +123,8 @@ class RunVerdict:
         not judged on this."""
         s3 = [p for p in self.properties if p.key == "S3"]
         s8 = [p for p in self.properties if p.key == "S8"]
-        region = bool(s8) and s8[0].details.get("applicable") is True  # a region's records are judged by S8
+        # a region's records are judged by S8, against the records its producers journalled
+        region = bool(s8) and s8[0].details.get("applicable") is True and bool(s8[0].details.get("records_journalled"))
         return bool(s3) and s3[0].details.get("expected") == 0 and not region
 
     @property
