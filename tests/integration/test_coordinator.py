@@ -328,3 +328,35 @@ def test_a_malformed_owner_znode_is_overwritten_not_recreated(cluster: Cluster) 
     assert sorted(owners.values()) == sorted([f"{first.consumer_id}-0", f"{second.consumer_id}-0"])
     assert zk.exists(paths.owner("m", "t", 7)) is None
     assert not cluster.events("rebalance.failed", group="m")
+
+
+# --- the worker's supervisor ----------------------------------------------------------------------------------------
+
+
+def test_a_step_that_crashes_ends_the_term_and_a_new_one_rebalances(cluster: Cluster) -> None:
+    """A bug in a step (an error no boundary translates) must not leave a broker holding the seat with a dead worker:
+    the term ends, a new one is elected and the group is rebalanced again."""
+    cluster.broker(1)
+    wait_until(lambda: cluster.acting() == [1], 10, "broker 1 coordinates")
+    TopicAdmin(cluster.admin_zk).create("t", 4)
+    first = cluster.consumer("g", {"t": 1})
+    cluster.wait_stable("g", 1)
+    coordinator = cluster.coordinator(1)
+    pump, crashes = coordinator._pump, list[int]()
+
+    def broken() -> None:
+        if not crashes:
+            crashes.append(1)
+            raise KeyError("a bug")
+        pump()
+
+    broken.__name__ = "_pump"
+    coordinator._pump = broken  # type: ignore[method-assign]
+    second = cluster.consumer("g", {"t": 1})
+    cluster.wait_stable("g", 2)
+    assert all_owned({"t": 4})([first, second])
+    (crash,) = cluster.events("coordinator.crashed", broker=1)
+    assert crash.fields["step"] == "pump" and crash.fields["error"] == "KeyError: 'a bug'"
+    assert any(e.fields["reason"] == "crashed in pump: KeyError" for e in cluster.events("coordinator.resigned"))
+    epochs = [e.fields["epoch"] for e in cluster.events("coordinator.elected", broker=1)]
+    assert len(epochs) == 2 and epochs[1] > epochs[0]

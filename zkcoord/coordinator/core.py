@@ -97,6 +97,8 @@ class Coordinator:
         self._worker: threading.Thread | None = None
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = 0
+        self._crashes = 0
+        self._last_crash = -float("inf")
         # the request queue (per term)
         self._pending: dict[str, tuple[str, float]] = {}
         self._order: deque[str] = deque()
@@ -204,6 +206,40 @@ class Coordinator:
             self._journal.emit(
                 "input.rejected", what="coordinator step", path=event.kind if event else "", reason=str(e)
             )
+        except Exception as e:  # noqa: BLE001 -- the worker's supervisor: the reason is below
+            self._crashed(action, event, e)
+
+    #: the longest wait before a term ended by a crashed step is tried again (the waits double from 0.5 s)
+    CRASH_BACKOFF_MAX_S = 30.0
+    #: a crash this long after the previous one starts the backoff again from its first wait
+    CRASH_FORGET_S = 300.0
+
+    def _crashed(self, action: Callable[..., None], event: Event | None, error: Exception) -> None:
+        """A step raised what no boundary translates (a bug, not a condition of ZooKeeper or of the data).
+
+        Without this the worker thread would end while the broker lives on holding the coordinator's seat: no group
+        would ever be rebalanced again and no standby could take over (the liveness rule of PRODUCT.md).  The term's
+        memory may be half-updated, so it is not trusted: the term ends (``coordinator.resigned``) and a new one,
+        rebuilt from ZooKeeper like any successor's, is tried after a backoff that doubles while crashes repeat, so a
+        bug that recurs on the same data costs a journal line per attempt, not a busy loop.  Safety does not depend
+        on this: every write of the ended term is fenced by its epoch.  Worker thread."""
+        now = self.clock()
+        if now - self._last_crash > self.CRASH_FORGET_S:
+            self._crashes = 0
+        self._crashes, self._last_crash = self._crashes + 1, now
+        delay = min(self.CRASH_BACKOFF_MAX_S, 0.5 * 2 ** (self._crashes - 1))
+        step = getattr(action, "__name__", repr(action)).lstrip("_")
+        log.error("coordinator %d: step %s crashed; the term ends", self.broker_id, step, exc_info=error)
+        self._journal.emit(
+            "coordinator.crashed",
+            broker=self.broker_id,
+            step=step,
+            on=event.kind if event else "",
+            error=f"{type(error).__name__}: {error}",
+            retry_in_s=delay,
+        )
+        self.terms.resign(f"crashed in {step}: {type(error).__name__}")
+        self.schedule(delay, self.terms.elect)
 
     def _redeliver(self, event: Event | None) -> Callable[[], None]:
         def again() -> None:

@@ -61,6 +61,7 @@ EVENTS: dict[str, str] = {
     "coordinator.elected": "a broker won the coordinator election: broker, epoch, session",
     "coordinator.standby": "a broker lost the election and watches the coordinator's znode: broker",
     "coordinator.resigned": "a coordinator gave up its term: broker, epoch, reason (fenced, session lost, stopping)",
+    "coordinator.crashed": "a worker step raised an untranslated error (a bug): broker, step, on, error, retry_in_s",
     "coordinator.metrics": "periodic coordinator counters: rebalances, latency percentiles, groups by state",
     "coordinator.node_removed": "a broker deleted a left-over coordinator znode: broker, kind, owner, version, data",
     "coordinator.epoch_repaired": "the epoch znode was untrustworthy; the highest epoch on record was taken: found, "
