@@ -309,7 +309,9 @@ def _start_workload(cluster: RunCluster, scenario: Scenario) -> None:
             cluster.start_consumer(w.static_group, via_proxy=(i == 0))
     for _ in range(w.wildcard_consumers):
         cluster.start_consumer(w.wildcard_group)
-    cluster.wait_all_stable(60)
+    # The start, not a fault: on a machine loaded past 40 (a 20-seed run beside other work) starting the consumers'
+    # interpreters alone took most of a minute, and a seed ended in an error before its first fault.
+    cluster.wait_all_stable(180)
 
 
 def _check_scenario(cluster: RunCluster, scenario: Scenario, tail: JournalTail, result: RunResult) -> None:
