@@ -118,8 +118,10 @@ class RunCluster:
             self.zk_server = self.stack.enter_context(ZkServer(ZkServerConfig(data_dir=self.run_dir / "zk")))
             self.connect = self.zk_server.connect_string
         # The harness's own session: a just-elected ensemble on a loaded machine took more than the client's default
-        # 10 s to accept it (seed 5 of a 20-seed run at load 35); the product's processes keep their own timeouts.
-        admin = ZkConfig.from_string(self.connect, session_timeout_s=10, connect_timeout_s=60)
+        # 10 s to accept it (seed 5 of a 20-seed run at load 35), so a server the run started itself gets 60 s; a
+        # --zk the user gave keeps the default, so a wrong address is still one error line after 10 s.
+        connect_s = 10.0 if self.external_zk else 60.0
+        admin = ZkConfig.from_string(self.connect, session_timeout_s=10, connect_timeout_s=connect_s)
         self.admin = self.stack.enter_context(ZkClient(admin))
         first_host, first_port = ZkConfig.from_string(self.connect).address.hosts[0]
         self.proxy = self.stack.enter_context(TcpProxy(first_host, first_port))
