@@ -20,6 +20,8 @@ from zkcoord.consumer import Consumer, OffsetCommitFencedError, TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NoNodeError
 from zkcoord.layout import paths
+from zkcoord.layout.commands import ASSIGNMENT_NAME
+from zkcoord.layout.kip848 import AssignmentAck
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
@@ -98,6 +100,18 @@ def test_callbacks_run_inside_poll_on_the_polling_thread(cluster: Cluster, tmp_p
     assert heard[1].calls[-1][0] == "revoked", "close() did not tell the application"
 
 
+def _unacknowledged(cluster: Cluster, consumer_id: str, rebalance: str) -> list[str]:
+    """The names of the member's commands not acknowledged yet.  Eager: the command znodes left in its channel (an
+    acknowledgement deletes them).  The consumer protocol: its assignment (``assignment-<mzxid>``) unless its
+    ``ack/<c>`` names that write's zxid (docs/protocol.md, "The assignment channel")."""
+    if rebalance == "eager":
+        return list(cluster.admin_zk.get_children(paths.channel("g", consumer_id)))
+    _, written = cluster.admin_zk.get(paths.assignment("g", consumer_id))
+    data, _ = cluster.admin_zk.get(paths.ack("g", consumer_id))
+    acked = AssignmentAck.decode(data).assignment if data else -1  # created empty, before the first assignment
+    return [] if acked == written.mzxid else [f"{ASSIGNMENT_NAME}{written.mzxid}"]
+
+
 @pytest.mark.parametrize("rebalance", ["eager", "consumer"])
 def test_a_stop_is_acknowledged_only_after_the_revoke_callback_returned(
     cluster: Cluster, tmp_path: Path, rebalance: str
@@ -120,13 +134,12 @@ def test_a_stop_is_acknowledged_only_after_the_revoke_callback_returned(
         stack.callback(release.set)
         second = make(cluster, tmp_path / "data", stack, rebalance=rebalance)
         assert entered.wait(20), "the revoke callback never ran"
-        channel = paths.channel("g", first.consumer_id)
-        # The callback is still running: the stop waits in the channel, and nobody fetches the partitions it names
+        # The callback is still running: the stop waits unacknowledged, and nobody fetches the partitions it names
         # (eager: both; the consumer protocol revokes only the one that moves).
         kept = 0 if rebalance == "eager" else 1
         wait_until(lambda: len(first.fetcher.assignment()) == kept, 5, "the first stopped fetching")
         assert sorted(first.assignment()) == [P0, P1], "inside the revoke callback the partitions are still its own"
-        parked = cluster.admin_zk.get_children(channel)
+        parked = _unacknowledged(cluster, first.consumer_id, rebalance)
         assert parked, "the stop was acknowledged while the application's revoke callback still ran"
         assert second.assignment() == {} and not cluster.is_stable("g", 2)
         release.set()

@@ -98,7 +98,7 @@ def test_partitions_between_hosts_keep_every_property_and_lose_nothing(tmp_path:
     # 3 brokers, 4 consumers, 2 producers at least (each on a host of its own)
     assert len({(e.role, e.pid) for e in events if e.event == "process.started"}) >= 3 + 4 + 2
     verdict = python_analysis(journal)
-    assert verdict.counts == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5"), 0), verdict.counts
+    assert verdict.counts == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5", "S8"), 0), verdict.counts
     assert verdict.unusable == 0, "lines the verdict could not use: its zeros prove nothing"
     w = HOSTS_WORKLOAD
     for group, topics in ((w.static_group, {w.static_topic}), (w.wildcard_group, set(w.wildcard_topics))):

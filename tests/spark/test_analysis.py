@@ -51,7 +51,10 @@ def verdict(analysed_runs: tuple[Path, Verdict]) -> Verdict:
 def test_clean_run_passes_every_property(verdict: Verdict) -> None:
     clean = verdict.run("clean")
     assert clean.ok
-    assert {p.key: p.count for p in clean.properties} == dict.fromkeys(("S1", "S2", "S3", "S3-risk", "S4", "S5"), 0)
+    assert {p.key: p.count for p in clean.properties} == dict.fromkeys(
+        ("S1", "S2", "S3", "S3-risk", "S4", "S5", "S8"), 0
+    )
+    assert clean.property("S8").details["applicable"] is False, "a run without a region is not judged by S8"
     assert clean.property("S3").details["expected"] == 200
     assert clean.rebalances["completed"] == 2
 
