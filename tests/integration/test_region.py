@@ -20,7 +20,8 @@ from zkcoord.layout.region import Contribution, ControlOrder
 from zkcoord.region.app import AggregateApp, key_of, value_of
 from zkcoord.region.config import RegionConfig
 from zkcoord.region.driver import RegionDriver
-from zkcoord.region.member import ConsistentRegion, RegionError
+from zkcoord.region.errors import RegionError
+from zkcoord.region.member import ConsistentRegion
 from zkcoord.region.orders import OrderFollower
 from zkcoord.region.positions import start_offset
 from zkcoord.region.shared import MergeTimeoutError, RegionMismatchError, SharedData
