@@ -176,8 +176,9 @@ def driver(
     journal_dir: Path | None,
 ) -> None:
     """Drive a consistent region: order a drain and checkpoint of every member each --interval seconds while all of
-    --members are present (a member present but not named is driven too), and a reset to the last complete checkpoint when a member asks for one (a revocation
-    after fetching, a restart) or the membership changes.  Stops on SIGTERM or SIGINT."""
+    --members are present (a member present but not named is driven too), and a reset to the last complete
+    checkpoint (recorded in region/completed) when a member asks for one (a revocation after fetching, a restart) or
+    the membership changes.  Stops on SIGTERM or SIGINT."""
     names = [n.strip() for n in members.split(",") if n.strip()]
     if not names:
         raise ConfigurationError("--members needs at least one name")
