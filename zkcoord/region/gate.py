@@ -24,6 +24,15 @@ class Application(Protocol):
     def restore(self, state: Any) -> None: ...  # None: the initial (empty) state
 
 
+class Reply:
+    """The answer to one event put on the event thread's queue: ``done`` set once ``value`` or ``error`` is."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
 class Gate:
     def __init__(self) -> None:
         self.lock = threading.Condition()

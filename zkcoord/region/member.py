@@ -40,7 +40,7 @@ from zkcoord.layout.region import Contribution, ResetRequest, offsets_to_json
 from zkcoord.region import states
 from zkcoord.region.config import QUEUE_FACTOR, RegionConfig
 from zkcoord.region.errors import CheckpointRefusedError, RegionError
-from zkcoord.region.gate import Application, Gate
+from zkcoord.region.gate import Application, Gate, Reply
 from zkcoord.region.metrics import RegionStats
 from zkcoord.region.positions import start_offset
 from zkcoord.region.shared import RegionMismatchError, SharedData
@@ -97,7 +97,7 @@ class ConsistentRegion:
         self.shared = SharedData(self.zk, self.group, config.region, config.member)
         self.store = LocalStore(config.store_dir, config.region, config.member)
         self.stats = RegionStats()
-        self.events: queue.Queue[tuple[str, Any, _Reply]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, Any, Reply]] = queue.Queue()
         self.messages: queue.Queue[tuple[int, ConsumerRecord]] = queue.Queue(
             QUEUE_FACTOR * consumer_config.max_poll_records
         )
@@ -213,12 +213,12 @@ class ConsistentRegion:
 
     def request_reset(self, reason: str) -> None:
         """Await a reset (queues cleared, processing stopped) and ask the driver for one.  Any thread."""
-        self.events.put(("pending", reason, _Reply()))
+        self.events.put(("pending", reason, Reply()))
 
     def _call(self, kind: str, arg: Any, timeout: float) -> Any:
         if threading.current_thread() in self._threads:
             raise RuntimeError(f"{kind}() called from the region's own thread")
-        reply = _Reply()
+        reply = Reply()
         self.events.put((kind, arg, reply))
         if not reply.done.wait(timeout):
             raise RegionError(f"{kind} did not finish within {timeout:.1f} s")
@@ -360,6 +360,7 @@ class ConsistentRegion:
                 found = self.shared.wait_merge(seq, self.config.merge_wait_s(self.consumer.config.max_poll_interval_s))
                 restored = self.store.load(seq).get("state")
             except ZkCoordError as e:
+                self.gate.release()  # still pending: nothing is queued or handed out, and polling runs the callbacks
                 raise RegionError(f"reset to checkpoint {seq} failed: {e}") from e
             merged = {TopicPartition(t, p): off for (t, p), off in found.offsets.items()}
         self._merged = merged
@@ -393,7 +394,7 @@ class ConsistentRegion:
             self._session_lost = True
         elif state is ConnState.CONNECTED and self._session_lost:
             self._session_lost = False
-            self.events.put(("rejoin", None, _Reply()))
+            self.events.put(("rejoin", None, Reply()))
 
     def _rejoin(self, _arg: object) -> None:
         self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
@@ -488,10 +489,3 @@ class ConsistentRegion:
 
     def _emit(self, event: str, **fields: Any) -> None:
         self.journal.emit(event, group=self.group, region=self.config.region, member=self.config.member, **fields)
-
-
-class _Reply:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None
