@@ -117,7 +117,7 @@ class RegionDriver:
         changed = any(self.seen.get(m) != live[m] for m in present) or set(self.seen) - set(live)
         requested = [r for r in self.shared.requests(watch=self._watch()).values() if r.after >= (self.last_reset or 0)]
         if self.last_reset is None or changed or requested:
-            order = self.order("reset", self._reset_target(), present)
+            order = self.order("reset", self.reset_target(), present)
             if self._all_ok(order):
                 self.last_reset, self.seen = order.id, {m: live[m] for m in present}
             self._next_checkpoint = self.clock() + self.interval_s
@@ -132,7 +132,7 @@ class RegionDriver:
         late = [r for r in self.shared.requests().values() if r.after >= (self.last_reset or 0)]
         merged = self.shared.read_merge(seq)
         if ok and not late and merged.complete and set(merged_members(self, seq)) == set(present):
-            self._record_completed(seq, present)
+            self.record_completed(seq, present)
             self.journal.emit("region.completed", group=self.group, region=self.region, checkpoint=seq, members=present)
             previous, self.last_complete = self.last_complete, seq
             self.completed.append(seq)
@@ -147,7 +147,7 @@ class RegionDriver:
             self.shared.retire(seq)  # also when a member did not answer the retire
         return "checkpoint"
 
-    def _record_completed(self, seq: int, members: list[str]) -> None:
+    def record_completed(self, seq: int, members: list[str]) -> None:
         """``completed`` := seq, at the version read, checking ``control`` is still at our last order.
 
         :raises DriverFencedError:"""
@@ -157,7 +157,7 @@ class RegionDriver:
         except BadVersionError as e:
             raise DriverFencedError(f"region {self.region!r}: another driver wrote meanwhile: {e}") from e
 
-    def _reset_target(self) -> int | None:
+    def reset_target(self) -> int | None:
         """The last complete checkpoint if its merge is still usable (complete and covering every partition that had
         a control variable when it was taken), else the initial state (``region.unusable`` says why): the older
         complete checkpoints are retired."""
