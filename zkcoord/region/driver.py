@@ -10,7 +10,8 @@ contributions with no partition twice and every partition with a control variabl
 requested after the order.  The driver records it in ``/region/completed`` (at the version read, in a transaction
 that checks ``control``'s: fenced as the orders are) before anything else: a driver that takes over resets to the
 checkpoint recorded there, never to one it infers from the merges.  Only a complete checkpoint is ever reset to
-(``region.completed``); the one before it, and every checkpoint that did not complete, is retired.  A checkpoint is
+(``region.completed``); the one before it is retired (a member's retire removes its local copies up to it), and a
+checkpoint that did not complete has its merge removed at once (``region.incomplete``).  A checkpoint is
 ordered only while every expected member is present and no reset is pending.
 
 Thread: the caller's (:meth:`run` until ``stop`` is set); watches only set an event.
@@ -138,13 +139,12 @@ class RegionDriver:
             self.completed.append(seq)
             if previous is not None:
                 self._all_ok(self.order("retire", previous, present))
-        else:  # never reset to: its merge and the members' local copies go
+        else:  # never reset to: its merge goes now, the members' local copies with the next retire (it sweeps)
             why = "not every member answered ok" if not ok else "a reset was requested" if late else merged.why_not()
             self.journal.emit(
                 "region.incomplete", group=self.group, region=self.region, checkpoint=seq, reason=why or "other members"
             )
-            self._all_ok(self.order("retire", seq, present))
-            self.shared.retire(seq)  # also when a member did not answer the retire
+            self.shared.retire(seq)
         return "checkpoint"
 
     def record_completed(self, seq: int, members: list[str]) -> None:

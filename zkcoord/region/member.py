@@ -405,7 +405,7 @@ class ConsistentRegion:
 
     def _retire(self, seq: int) -> None:
         self.shared.retire(seq)
-        self.store.retire(seq)
+        self.store.retire_through(seq)  # and the local copies of checkpoints below it that never completed
         self._emit("region.retired", checkpoint=seq)
 
     def _to_pending(self, reason: str, *, request: bool = True) -> None:
