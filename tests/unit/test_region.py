@@ -124,6 +124,10 @@ def test_the_local_store_keeps_each_checkpoint_whole(tmp_path: Path) -> None:
     store.retire(3)
     with pytest.raises(CheckpointMissingError, match="checkpoint 3 is not in the local store"):
         store.load(3)
+    for seq in (5, 6, 8):
+        store.save(seq, {"state": {}})
+    store.retire_through(6)  # 5 never completed, 6 is retired: both go; 8 stays
+    assert store.seqs() == [8]
     store.path(4).parent.mkdir(parents=True, exist_ok=True)
     store.path(4).write_text("{torn")
     with pytest.raises(CheckpointMissingError, match="cannot be read"):

@@ -208,7 +208,8 @@ class ConsistentRegion:
         self.reset(None, timeout)
 
     def retire(self, seq: int, timeout: float = 30.0) -> None:
-        """Retire checkpoint ``seq``: its merge in ZooKeeper and its local copy."""
+        """Retire checkpoint ``seq``: its merge in ZooKeeper and the local copies up to it (the driver retires only
+        below its last complete checkpoint: the ones below ``seq`` never completed or were retired already)."""
         self._call("retire", seq, timeout)
 
     def request_reset(self, reason: str) -> None:
