@@ -50,10 +50,8 @@ def test_s8_fails_when_a_reset_does_not_give_the_state_back(cluster: Cluster, tm
     journal = Journal(cluster.journal_dir, "producer")
     with ExitStack() as stack:
         stack.callback(journal.close)
-        m1 = stack.enter_context(
-            _closing(Member(cluster, data, tmp_path / "store", "m1", app=RegionlessApp() if unsafe else AggregateApp()))
-        )
-        m1.start()
+        app = RegionlessApp() if unsafe else AggregateApp()
+        m1 = stack.enter_context(_closing(Member(cluster, data, tmp_path / "store", "m1", app=app).start()))
         driver = RegionDriver(
             cluster.admin_zk, "g", "r1", ["m1"], interval_s=0.1, order_timeout_s=10,
             journal=Journal(cluster.journal_dir, "driver"),
