@@ -59,15 +59,16 @@ def test_s8_fails_when_a_reset_does_not_give_the_state_back(cluster: Cluster, tm
         driver.take_over()
         wait_until(lambda: driver.step() == "reset" and driver.last_reset is not None, 20, "the first reset")
         _produce(cluster, data, journal, 100)
-        wait_until(lambda: m1.app.processed == 100, 20, "the first 100 records processed")
+        wait_until(lambda: m1.app.processed >= 100, 20, "the first 100 records processed")
         wait_until(lambda: driver.step() == "checkpoint" and len(driver.completed) == 1, 20, "checkpoint 1 complete")
         _produce(cluster, data, journal, 100)
-        wait_until(lambda: m1.app.processed == 200, 20, "the next 100 processed, after checkpoint 1")
+        wait_until(lambda: m1.app.processed >= 200, 20, "the next 100 processed, after checkpoint 1")
         m1.region.request_reset("the test's fault")
         shared = SharedData(cluster.admin_zk, "g", "r1", "driver")
         wait_until(lambda: "m1" in shared.requests(), 10, "m1's reset request")
+        before = m1.app.processed
         assert driver.step() == "reset"  # to checkpoint 1: the next 100 are processed again
-        wait_until(lambda: m1.app.processed == 300, 20, "the next 100 processed again")
+        wait_until(lambda: m1.app.processed >= before + 100, 20, "the next 100 processed again")
         wait_until(lambda: driver.step() == "checkpoint" and len(driver.completed) == 2, 20, "checkpoint 2 complete")
     found = python_analysis(cluster.journal_dir)
     assert found.region_summary["complete_checkpoints"] == 2
@@ -75,7 +76,8 @@ def test_s8_fails_when_a_reset_does_not_give_the_state_back(cluster: Cluster, tm
     if not unsafe:
         assert found.counts["S8"] == 0 and found.region_state == []
         return
-    assert found.counts["S8"] > 0  # FAIL: checkpoint 2's state counts the second 100 twice
+    assert found.counts["S8"] > 0  # FAIL: checkpoint 2's state counts the second 100 (at least) twice
     rows = found.region_state
-    assert {r["checkpoint"] for r in rows} == {2}
-    assert sum(r["found_count"] - r["expected_count"] for r in rows) == 100
+    assert 2 in {r["checkpoint"] for r in rows}
+    assert all(r["found_count"] > r["expected_count"] for r in rows)  # double counts, nothing lost
+    assert sum(r["found_count"] - r["expected_count"] for r in rows if r["checkpoint"] == 2) >= 100
