@@ -101,7 +101,7 @@ def test_a_reset_request_zookeeper_refuses_is_said_and_written_once_it_can_be(cl
         m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
         m1.region.reset_to_initial()
         requests = paths.region_requests("g")
-        cluster.admin_zk.kazoo.set_acls(requests, [make_acl("world", "anyone", read=True)])
+        cluster.admin_zk.kazoo.set_acls(requests, [make_acl("world", "anyone", read=True, admin=True)])
         m1.region.request_reset("a revocation after fetching")
         wait_until(lambda: bool(cluster.events("region.request_failed", member="m1")), 20, "the refusal journalled")
         (failed,) = cluster.events("region.request_failed", member="m1")
