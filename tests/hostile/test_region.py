@@ -17,7 +17,7 @@ from zkcoord.errors import CodecError
 from zkcoord.layout import paths
 from zkcoord.layout.region import Contribution, ControlOrder
 from zkcoord.region.driver import DriverFencedError, RegionDriver
-from zkcoord.region.member import RegionError
+from zkcoord.region.errors import RegionError
 from zkcoord.region.shared import MergeTimeoutError, SharedData
 from zkcoord.region.states import ClientState
 from zkcoord.testbed.procs import wait_until

@@ -34,6 +34,7 @@ from tests.integration.test_consumer_e2e import Run
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.layout.commands import decode_acknowledged
+from zkcoord.layout.region import CompletedRecord
 from zkcoord.layout.znodes import encode_int
 from zkcoord.runtime.journal import read_journal
 from zkcoord.testbed.procs import ChildProcess, wait_until
@@ -161,6 +162,10 @@ def wait_region(run: Run, procs: list[ChildProcess]) -> list[tuple[str, int]]:
 
     wait_until(completed, 60, "a complete region checkpoint", interval=0.25)
     seen = [(paths.group("reg"), 0), *walk(run.zk, paths.group("reg"))]
+    # the driver records what it completed: region/completed names a checkpoint it journalled complete
+    record = CompletedRecord.decode(run.zk.get(paths.region_completed("reg"))[0], paths.region_completed("reg"))
+    done = [e.fields["checkpoint"] for e in read_journal(run.journal) if e.event == "region.completed"]
+    assert record.seq in done, (record, done)
     for proc in procs:
         proc.signal(signal.SIGTERM)
     for proc in procs:

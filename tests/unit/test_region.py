@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from zkcoord.errors import CodecError, ConfigurationError
-from zkcoord.layout.region import Ack, Contribution, ControlOrder, RegionRecord, ResetRequest, merge
+from zkcoord.layout.region import (
+    Ack,
+    CompletedRecord,
+    Contribution,
+    ControlOrder,
+    RegionRecord,
+    ResetRequest,
+    merge,
+)
 from zkcoord.region.app import AggregateApp, value_of
 from zkcoord.region.config import RegionConfig
 from zkcoord.region.states import ClientState, IllegalTransitionError, check
@@ -17,7 +25,7 @@ from zkcoord.region.store import CheckpointMissingError, LocalStore
 
 S, P, R = ClientState.SUBSCRIBED, ClientState.CR_RESET_PENDING, ClientState.RESET_COMPLETE
 #: written out here, not read from the table: a change of the table must change this test too
-LEGAL = {(S, P), (S, R), (P, R), (R, P), (R, R)}
+LEGAL = {(S, P), (P, R), (R, P)}  # every reset passes through CR_RESET_PENDING
 
 
 @pytest.mark.parametrize(("old", "new"), list(itertools.product(ClientState, ClientState)))
@@ -69,6 +77,28 @@ def test_a_merge_needs_every_named_member_once_for_its_seq_and_no_partition_twic
     assert not clash.complete and clash.conflicts == (("t", 0),) and clash.offsets == {("t", 0): 10}
 
 
+def test_a_merge_is_complete_only_when_it_covers_every_partition_with_a_control_variable() -> None:
+    """N distinct contributions are not enough: a partition that had a control variable when the checkpoint was taken
+    and that no contribution gives would be rewound to its initial offset by a reset while the states count it."""
+    a = Contribution("m1", ("m1", "m2"), 5, {("t", 0): 10})
+    b = Contribution("m2", ("m1", "m2"), 5, {("t", 1): 20})
+    covered = merge(5, [a, b], required={("t", 0), ("t", 1)})
+    assert covered.complete and covered.uncovered == () and covered.why_not() == ""
+    short = merge(5, [a, b], required={("t", 0), ("t", 1), ("t", 2)})
+    assert not short.complete and short.uncovered == (("t", 2),)
+    assert "no contribution covers: t/2" in short.why_not()
+    assert short.offsets == {("t", 0): 10, ("t", 1): 20}
+
+
+def test_the_completed_record_round_trips_and_refuses_bad_input() -> None:
+    done = CompletedRecord(3, 7, ("m1", "m2"))
+    assert CompletedRecord.decode(done.encode()) == done
+    assert CompletedRecord.decode(CompletedRecord(1, None, ()).encode()).seq is None
+    for bad in (b'{"epoch":-1,"seq":1,"members":[],"version":1}', b'{"epoch":1,"seq":"x","members":[]}', b"[]"):
+        with pytest.raises(CodecError):
+            CompletedRecord.decode(bad)
+
+
 def test_the_config_refuses_bad_values(tmp_path: Path) -> None:
     assert RegionConfig("r1", "m1", tmp_path).merge_wait_s(300) == 15.0
     assert RegionConfig("r1", "m1", tmp_path, reset_timeout_s=10).merge_wait_s(300) == 5.0
@@ -94,6 +124,10 @@ def test_the_local_store_keeps_each_checkpoint_whole(tmp_path: Path) -> None:
     store.retire(3)
     with pytest.raises(CheckpointMissingError, match="checkpoint 3 is not in the local store"):
         store.load(3)
+    for seq in (5, 6, 8):
+        store.save(seq, {"state": {}})
+    store.retire_through(6)  # 5 never completed, 6 is retired: both go; 8 stays
+    assert store.seqs() == [8]
     store.path(4).parent.mkdir(parents=True, exist_ok=True)
     store.path(4).write_text("{torn")
     with pytest.raises(CheckpointMissingError, match="cannot be read"):

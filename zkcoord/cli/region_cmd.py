@@ -100,7 +100,8 @@ def member(
 ) -> None:
     """Run one member of a consistent region: it keeps a count and a sum per key of the records it processes,
     checkpoints them with its offsets and resets them when its driver orders (region.* journal events).  A member
-    whose --region is not the group's is refused with one Error: line (exit 1).  Stops on SIGTERM or SIGINT."""
+    whose --region is not the group's is refused with one Error: line (exit 1), as is one whose application cannot
+    restore a stored state (region.failed).  Stops on SIGTERM or SIGINT."""
     if (start_position == "timestamp") != (start_timestamp is not None):
         raise ConfigurationError("give --start-timestamp with --start-position timestamp, and only then")
     consumer_config = ConsumerConfig(
@@ -128,7 +129,8 @@ def member(
     stop = SignalStop("region member", shutdown_timeout)
     journal = open_journal(journal_dir, f"member-{group}")
     app = RegionlessApp() if unsafe else AggregateApp()
-    member_region = ConsistentRegion(consumer_config, config, app, journal=journal)
+    # A restore that raises (a malformed stored state) or a failed event thread: one Error: line, exit 1.
+    member_region = ConsistentRegion(consumer_config, config, app, journal=journal, on_fatal=lambda m: stop.fail(m, 1))
     registry.register(ConsumerCollector(member_region.consumer))
     registry.register(RegionCollector(member_region.stats, region_id, member_name))
     stop.attach(journal, group=group, consumer=member_region.consumer.consumer_id)
@@ -146,7 +148,7 @@ def member(
     finally:
         follower.stop()
         code = stop.finish(member_region.close(budget=stop.begin()))
-        journal.emit("process.stopped", reason="signal")
+        journal.emit("process.stopped", reason="failed" if stop.failure else "signal")
         journal.close()
         if metrics is not None:
             metrics.close()
@@ -174,8 +176,9 @@ def driver(
     journal_dir: Path | None,
 ) -> None:
     """Drive a consistent region: order a drain and checkpoint of every member each --interval seconds while all of
-    --members are present, and a reset to the last complete checkpoint when a member asks for one (a revocation
-    after fetching, a restart) or the membership changes.  Stops on SIGTERM or SIGINT."""
+    --members are present (a member present but not named is driven too), and a reset to the last complete
+    checkpoint (recorded in region/completed) when a member asks for one (a revocation after fetching, a restart) or
+    the membership changes.  Stops on SIGTERM or SIGINT."""
     names = [n.strip() for n in members.split(",") if n.strip()]
     if not names:
         raise ConfigurationError("--members needs at least one name")

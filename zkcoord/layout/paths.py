@@ -273,6 +273,12 @@ def region_control(group_name: str) -> str:
     return f"{GROUPS}/{group_name}/region/control"
 
 
+def region_completed(group_name: str) -> str:
+    """The driver's record of the last complete checkpoint (``CompletedRecord``): written at the version read, in a
+    transaction that checks ``control``'s version (a stale driver's write is refused)."""
+    return f"{GROUPS}/{group_name}/region/completed"
+
+
 def region_ack(group_name: str, name: str) -> str:
     """The last order a member carried out (``Ack``); written by that member only."""
     return f"{GROUPS}/{group_name}/region/acks/{name}"

@@ -9,7 +9,7 @@ Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -203,20 +203,63 @@ class Contribution:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedRecord:
+    """The driver's record of the region's last complete checkpoint (``/region/completed``): ``seq`` (``None``: none
+    yet, the initial state), written by driver ``epoch`` after every member named in ``members`` answered ``ok`` and
+    the merge was complete.  A driver that takes over resets to this one, never to a merge it infers complete."""
+
+    epoch: int
+    seq: int | None
+    members: tuple[str, ...]
+
+    def encode(self) -> bytes:
+        return dump_object(
+            {"epoch": self.epoch, "seq": self.seq, "members": list(self.members), "version": FORMAT_VERSION}
+        )
+
+    @classmethod
+    def decode(cls, data: bytes | None, path: str | None = None) -> CompletedRecord:
+        what = "region completed checkpoint"
+        obj = load_object(what, data, path)
+        return cls(
+            nonneg_int(obj, "epoch", what, path), _optional_seq(obj, what, path), _names(obj, "members", what, path)
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Merge:
     """What the contributions for one seq add up to: ``complete`` when N distinct members (N the size of their
-    ``members``, all agreeing) contributed; ``offsets`` the union; ``conflicts`` partitions two members gave."""
+    ``members``, all agreeing) contributed, no partition twice and every required partition covered; ``offsets`` the
+    union; ``conflicts`` partitions two members gave; ``uncovered`` required partitions nobody gave."""
 
     seq: int
     complete: bool
     offsets: dict[tuple[str, int], int]
     conflicts: tuple[tuple[str, int], ...] = ()
+    uncovered: tuple[tuple[str, int], ...] = ()
+
+    def why_not(self) -> str:
+        """Why the merge is not complete (empty when it is)."""
+        if self.complete:
+            return ""
+        if self.conflicts:
+            return f"partitions given twice: {_keys(self.conflicts)}"
+        if self.uncovered:
+            return f"partitions with a control variable that no contribution covers: {_keys(self.uncovered)}"
+        return "not every member named contributed"
 
 
-def merge(seq: int, contributions: list[Contribution]) -> Merge:
+def _keys(tps: tuple[tuple[str, int], ...]) -> str:
+    shown = ", ".join(f"{t}/{p}" for t, p in tps[:10])
+    return shown + (f" (+{len(tps) - 10})" if len(tps) > 10 else "")
+
+
+def merge(seq: int, contributions: list[Contribution], required: Collection[tuple[str, int]] = ()) -> Merge:
     """Merge the contributions of checkpoint ``seq`` (pure).  Complete only when every name of the contributors'
-    agreed ``members`` contributed for this very seq; a partition given by two members is a conflict (the lower offset
-    is kept: re-reading is recoverable, skipping is not) and makes the merge incomplete."""
+    agreed ``members`` contributed for this very seq and every ``required`` partition (one that had a control variable
+    when the checkpoint was taken) is covered: a reset to a merge without it would rewind it to its initial offset
+    while the states count its records.  A partition given by two members is a conflict (the lower offset is kept:
+    re-reading is recoverable, skipping is not) and makes the merge incomplete."""
     mine = [c for c in contributions if c.seq == seq]
     names = {c.member for c in mine}
     expected = {frozenset(c.members) for c in mine}
@@ -230,4 +273,5 @@ def merge(seq: int, contributions: list[Contribution]) -> Merge:
                 offsets[tp] = min(offsets[tp], off)
             else:
                 offsets[tp] = off
-    return Merge(seq, complete and not conflicts, offsets, tuple(sorted(set(conflicts))))
+    uncovered = tuple(sorted(set(required) - set(offsets)))
+    return Merge(seq, complete and not conflicts and not uncovered, offsets, tuple(sorted(set(conflicts))), uncovered)

@@ -5,9 +5,13 @@ revocation after fetching, a restart, a failed order) or when the membership cha
 It talks to the members through ZooKeeper only: one order at a time in ``/region/control`` (written at the version it
 read, so a second driver or a stale one is refused: :class:`DriverFencedError`), answers in ``acks/<name>``.
 
-A checkpoint ``seq`` is *complete* when every expected member answered it ``ok``, its merge holds their N distinct
-contributions with no partition twice, and no reset was requested after the order; only a complete checkpoint is
-ever reset to (``region.completed``), and the one before it is retired once a newer one is complete.  A checkpoint is
+A checkpoint ``seq`` is *complete* when every member it named answered it ``ok``, its merge holds their N distinct
+contributions with no partition twice and every partition with a control variable covered, and no reset was
+requested after the order.  The driver records it in ``/region/completed`` (at the version read, in a transaction
+that checks ``control``'s: fenced as the orders are) before anything else: a driver that takes over resets to the
+checkpoint recorded there, never to one it infers from the merges.  Only a complete checkpoint is ever reset to
+(``region.completed``); the one before it is retired (a member's retire removes its local copies up to it), and a
+checkpoint that did not complete has its merge removed at once (``region.incomplete``).  A checkpoint is
 ordered only while every expected member is present and no reset is pending.
 
 Thread: the caller's (:meth:`run` until ``stop`` is set); watches only set an event.
@@ -22,7 +26,7 @@ from typing import Any
 
 from zkcoord.errors import BadVersionError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.region import Ack, ControlOrder, Op
+from zkcoord.layout.region import Ack, CompletedRecord, ControlOrder, Op
 from zkcoord.region.shared import SharedData
 from zkcoord.runtime.journal import Journal
 from zkcoord.zk import ZkClient
@@ -57,6 +61,7 @@ class RegionDriver:
         self.epoch = 0
         self.next_id = 1
         self.version = -1
+        self.completed_version = -1
         self.next_seq = 1
         self.last_complete: int | None = None
         self.last_reset: int | None = None  # id of the last reset every member it named carried out
@@ -68,8 +73,10 @@ class RegionDriver:
     # --- taking over ----------------------------------------------------------------------------------------------
 
     def take_over(self) -> None:
-        """Read the last order and the merges: continue the id sequence with a higher epoch, the seq sequence after
-        every merge, and take the newest complete merge as the last complete checkpoint.  :raises ZkError:"""
+        """Read the last order, the recorded complete checkpoint and the merges: continue the id sequence with a
+        higher epoch and the seq sequence after every merge; the last complete checkpoint is the one ``completed``
+        records (none: the initial state); every other merge is of a checkpoint that never completed, and is
+        removed.  :raises ZkError:"""
         self.shared.check_region()
         self.shared.ensure_tree()
         order, self.version = self.shared.order()
@@ -78,11 +85,15 @@ class RegionDriver:
             self.next_seq = max(self.next_seq, (order.seq or 0) + 1)
         else:
             self.epoch = 1
+        self.shared.ensure_completed(self.epoch)
+        done, self.completed_version = self.shared.completed()
+        self.last_complete = None if done is None else done.seq
         seqs = self.shared.merge_seqs()
         if seqs:
             self.next_seq = max(self.next_seq, seqs[-1] + 1)
-        complete = [s for s in seqs if self.shared.read_merge(s).complete]
-        self.last_complete = complete[-1] if complete else None
+        for seq in seqs:
+            if seq != self.last_complete:
+                self.shared.retire(seq)
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
@@ -95,20 +106,24 @@ class RegionDriver:
             self._wake.wait(max(0.05, min(self.interval_s, self._next_checkpoint - self.clock())))
 
     def step(self) -> str | None:
-        """One decision: a reset if one is needed, else a checkpoint if one is due.  Returns the op ordered."""
+        """One decision: a reset if one is needed, else a checkpoint if one is due.  Returns the op ordered.
+
+        Every member present under ``members/`` is driven, named in ``--members`` or not (one that is not takes
+        partitions like any other: left undriven, its contribution would be missing from every merge); the expected
+        names are those a checkpoint waits for."""
         live = self._live()
-        present = [m for m in self.expected if m in live]
+        present = sorted(live)
         if not present:
             return None
         changed = any(self.seen.get(m) != live[m] for m in present) or set(self.seen) - set(live)
         requested = [r for r in self.shared.requests(watch=self._watch()).values() if r.after >= (self.last_reset or 0)]
         if self.last_reset is None or changed or requested:
-            order = self.order("reset", self.last_complete, present)
+            order = self.order("reset", self.reset_target(), present)
             if self._all_ok(order):
                 self.last_reset, self.seen = order.id, {m: live[m] for m in present}
             self._next_checkpoint = self.clock() + self.interval_s
             return "reset"
-        if len(present) < len(self.expected) or self.clock() < self._next_checkpoint:
+        if any(m not in live for m in self.expected) or self.clock() < self._next_checkpoint:
             return None
         seq = self.next_seq
         self.next_seq += 1
@@ -118,12 +133,45 @@ class RegionDriver:
         late = [r for r in self.shared.requests().values() if r.after >= (self.last_reset or 0)]
         merged = self.shared.read_merge(seq)
         if ok and not late and merged.complete and set(merged_members(self, seq)) == set(present):
+            self.record_completed(seq, present)
             self.journal.emit("region.completed", group=self.group, region=self.region, checkpoint=seq, members=present)
             previous, self.last_complete = self.last_complete, seq
             self.completed.append(seq)
             if previous is not None:
                 self._all_ok(self.order("retire", previous, present))
+        else:  # never reset to: its merge goes now, the members' local copies with the next retire (it sweeps)
+            why = "not every member answered ok" if not ok else "a reset was requested" if late else merged.why_not()
+            self.journal.emit(
+                "region.incomplete", group=self.group, region=self.region, checkpoint=seq, reason=why or "other members"
+            )
+            self.shared.retire(seq)
         return "checkpoint"
+
+    def record_completed(self, seq: int, members: list[str]) -> None:
+        """``completed`` := seq, at the version read, checking ``control`` is still at our last order.
+
+        :raises DriverFencedError:"""
+        record = CompletedRecord(self.epoch, seq, tuple(members))
+        try:
+            self.completed_version = self.shared.put_completed(record, self.completed_version, self.version)
+        except BadVersionError as e:
+            raise DriverFencedError(f"region {self.region!r}: another driver wrote meanwhile: {e}") from e
+
+    def reset_target(self) -> int | None:
+        """The last complete checkpoint if its merge is still usable (complete and covering every partition that had
+        a control variable when it was taken), else the initial state (``region.unusable`` says why): the older
+        complete checkpoints are retired."""
+        seq = self.last_complete
+        if seq is None:
+            return None
+        merged = self.shared.read_merge(seq)
+        if merged.complete:
+            return seq
+        self.journal.emit(
+            "region.unusable", group=self.group, region=self.region, checkpoint=seq, reason=merged.why_not()
+        )
+        self.last_complete = None
+        return None
 
     # --- orders ---------------------------------------------------------------------------------------------------
 
@@ -131,7 +179,7 @@ class RegionDriver:
         """Write one order at the version read.  :raises DriverFencedError:"""
         order = ControlOrder(self.epoch, self.next_id, op, seq, tuple(members))
         try:
-            self.version = self.shared.put_order(order, self.version)
+            self.version = self.shared.put_order(order, self.version, self.completed_version)
         except BadVersionError as e:
             raise DriverFencedError(f"region {self.region!r}: another driver wrote an order: {e}") from e
         self.next_id += 1

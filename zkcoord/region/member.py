@@ -32,13 +32,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from zkcoord.consumer import Consumer, ConsumerConfig, ConsumerRecord, TopicPartition
 from zkcoord.errors import ConfigurationError, ZkCoordError, ZkError
 from zkcoord.layout.region import Contribution, ResetRequest, offsets_to_json
 from zkcoord.region import states
 from zkcoord.region.config import QUEUE_FACTOR, RegionConfig
+from zkcoord.region.errors import CheckpointRefusedError, RegionError
+from zkcoord.region.gate import Application, Gate, Reply
 from zkcoord.region.metrics import RegionStats
 from zkcoord.region.positions import start_offset
 from zkcoord.region.shared import RegionMismatchError, SharedData
@@ -51,13 +53,8 @@ from zkcoord.zk import ConnState, ZkClient, ZkConfig
 log = logging.getLogger(__name__)
 
 
-class Application(Protocol):
-    def process(self, record: ConsumerRecord) -> None: ...
-    def restore(self, state: Any) -> None: ...  # None: the initial (empty) state
-
-
-class RegionError(ZkCoordError):
-    """A region operation failed (the message says which and why); the region awaits a reset."""
+#: a reset request that could not be written is tried again this often, until written or the reset came
+REQUEST_RETRY_S = 1.0
 
 
 class ConsistentRegion:
@@ -71,7 +68,12 @@ class ConsistentRegion:
         *,
         journal: Journal | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_fatal: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_fatal(message)`` (the event thread) is called when the member cannot go on: the application's
+        ``restore`` raised (a malformed stored state), or the event thread hit an error no boundary translates; the
+        event is journalled first (``region.failed``).  The caller stops the member (the CLI: one ``Error:`` line,
+        exit 1)."""
         if consumer_config.auto_commit:
             raise ConfigurationError("a region member commits at each drain: turn auto-commit off")
         self.config = config
@@ -95,16 +97,15 @@ class ConsistentRegion:
         self.shared = SharedData(self.zk, self.group, config.region, config.member)
         self.store = LocalStore(config.store_dir, config.region, config.member)
         self.stats = RegionStats()
-        self.events: queue.Queue[tuple[str, Any, _Reply]] = queue.Queue()
+        self.events: queue.Queue[tuple[str, Any, Reply]] = queue.Queue()
         self.messages: queue.Queue[tuple[int, ConsumerRecord]] = queue.Queue(
             QUEUE_FACTOR * consumer_config.max_poll_records
         )
-        # Guards what the process thread and the event thread share: the offset manager, the epoch, the hold.
-        self._lock = threading.Condition()
-        self.positions: dict[TopicPartition, int] = {}  # the offset manager
-        self._epoch = 0  # bumped by a reset or a revocation: queued records of an older epoch are dropped
-        self._held = False  # drained: the process thread takes nothing until the checkpoint (or a reset) ends it
-        self._busy = False  # the process thread is inside app.process
+        self.gate = Gate()  # what the process thread and the event thread share: offset manager, epoch, hold
+        self.on_fatal = on_fatal
+        self.failure: str | None = None  # why the member cannot go on (on_fatal was called)
+        self._owed: ResetRequest | None = None  # a reset request not written yet (ZooKeeper failed): tried again
+        self._next_request_try = 0.0
         self._state = ClientState.SUBSCRIBED
         self._fetched = False  # records were handed out since the subscription or the last reset
         self._merged: dict[TopicPartition, int] | None = None  # the last reset's merged offsets (None: initial)
@@ -161,8 +162,7 @@ class ConsistentRegion:
         the next owner starts where the last checkpoint put it) and leave the region.  Returns the consumer's stop
         report.  Idempotent."""
         self._stopping.set()
-        with self._lock:
-            self._lock.notify_all()
+        self.gate.wake()
         for thread in self._threads:
             thread.join(timeout=2)
         report = self.consumer.close(budget=budget)
@@ -181,15 +181,19 @@ class ConsistentRegion:
 
     def drain(self, timeout: float = 30.0) -> dict[TopicPartition, int]:
         """Stop polling and processing, and commit the offset manager's positions in one request; returns them.
-        Processing stays held until :meth:`checkpoint` (or a reset).  :raises RegionError: the commit failed (for
-        any partition) or a reset is pending."""
+        Polling and processing stay stopped until :meth:`checkpoint` (or a reset): no rebalance callback runs in
+        between, so no revocation lands between the drain and the checkpoint.  :raises RegionError: the commit failed
+        (for any partition) or a reset is pending."""
         result: dict[TopicPartition, int] = self._call("drain", None, timeout)
         return result
 
     def checkpoint(self, seq: int, state: Any, timeout: float = 30.0) -> None:
         """Save checkpoint ``seq``: this member's name, the members' names, its offsets (drained first if
         :meth:`drain` was not called) and the application's ``state`` (JSON-able), in the local store, and its
-        contribution to the merge in ZooKeeper; then processing goes on.  :raises RegionError:"""
+        contribution to the merge in ZooKeeper; then polling and processing go on.
+
+        :raises CheckpointRefusedError: a reset is pending (``region.checkpoint_refused``): nothing is written.
+        :raises RegionError: the store or ZooKeeper failed."""
         self._call("checkpoint", (seq, state), timeout)
 
     def reset(self, seq: int | None, timeout: float | None = None) -> None:
@@ -204,17 +208,18 @@ class ConsistentRegion:
         self.reset(None, timeout)
 
     def retire(self, seq: int, timeout: float = 30.0) -> None:
-        """Retire checkpoint ``seq``: its merge in ZooKeeper and its local copy."""
+        """Retire checkpoint ``seq``: its merge in ZooKeeper and the local copies up to it (the driver retires only
+        below its last complete checkpoint: the ones below ``seq`` never completed or were retired already)."""
         self._call("retire", seq, timeout)
 
     def request_reset(self, reason: str) -> None:
         """Await a reset (queues cleared, processing stopped) and ask the driver for one.  Any thread."""
-        self.events.put(("pending", reason, _Reply()))
+        self.events.put(("pending", reason, Reply()))
 
     def _call(self, kind: str, arg: Any, timeout: float) -> Any:
         if threading.current_thread() in self._threads:
             raise RuntimeError(f"{kind}() called from the region's own thread")
-        reply = _Reply()
+        reply = Reply()
         self.events.put((kind, arg, reply))
         if not reply.done.wait(timeout):
             raise RegionError(f"{kind} did not finish within {timeout:.1f} s")
@@ -233,31 +238,53 @@ class ConsistentRegion:
             "pending": self._to_pending,
             "rejoin": self._rejoin,
         }
-        while not self._stopping.is_set():
+        try:
+            while not self._stopping.is_set():
+                self._event_step(handlers)
+        except Exception as e:  # noqa: BLE001 -- a bug no boundary translates: said, never a silent dead thread
+            self._fatal(f"region member {self.config.member}: the event thread failed: {e!r}"[:300])
+
+    def _event_step(self, handlers: dict[str, Callable[[Any], Any]]) -> None:
+        if self._owed is not None and self.clock() >= self._next_request_try:
+            self._send_request()
+        try:
+            kind, arg, reply = self.events.get(timeout=0 if self._may_poll() else self.config.poll_timeout_s)
+        except queue.Empty:
+            pass
+        else:
             try:
-                kind, arg, reply = self.events.get(timeout=0 if self._may_poll() else self.config.poll_timeout_s)
-            except queue.Empty:
-                pass
-            else:
-                try:
-                    reply.value = handlers[kind](arg)
-                except ZkCoordError as e:
-                    reply.error = e
-                except OSError as e:  # the local store
-                    reply.error = RegionError(f"{kind}: {e}")
+                reply.value = handlers[kind](arg)
+            except ZkCoordError as e:
+                reply.error = e
+            except OSError as e:  # the local store
+                reply.error = RegionError(f"{kind}: {e}")
+            finally:
                 reply.done.set()
-                continue
-            if self._may_poll():
-                self._poll_once()
+            return
+        if self._may_poll():
+            self._poll_once()
+
+    def _fatal(self, message: str) -> None:
+        """The member cannot go on: journalled (``region.failed``), then ``on_fatal``."""
+        if self.failure is not None:
+            return
+        self.failure = message
+        log.error("%s", message)
+        self._emit("region.failed", reason=message)
+        if self.on_fatal is not None:
+            self.on_fatal(message)
 
     def _may_poll(self) -> bool:
-        """Poll (for records, and for the rebalance callbacks that run inside poll) while there is room for one more
-        poll's records in the message queue and the throttle after a reset allows."""
+        """Poll (for records, and for the rebalance callbacks that run inside poll) unless drained (the seed: a drain
+        stops polling until the checkpoint or a reset), while there is room for one more poll's records in the
+        message queue and the throttle after a reset allows."""
+        if self.gate.held:
+            return False
         room = self.messages.maxsize - self.messages.qsize() >= self.consumer.config.max_poll_records
         return room and self.clock() >= self._next_poll
 
     def _poll_once(self) -> None:
-        active = self._state is not ClientState.CR_RESET_PENDING and not self._held
+        active = self._state is not ClientState.CR_RESET_PENDING and not self.gate.held
         if active:
             self.consumer.resume()
         else:
@@ -279,7 +306,7 @@ class ConsistentRegion:
         self._fetched = True
         if self.clock() < self._throttle_end:  # throttled after a reset: one poll per throttle_poll_s
             self._next_poll = self.clock() + self.config.throttle_poll_s
-        epoch = self._epoch
+        epoch = self.gate.epoch
         for record in records:
             self.messages.put((epoch, record))  # the room was checked: never blocks
 
@@ -287,25 +314,29 @@ class ConsistentRegion:
         started = self.clock()
         if self._state is ClientState.CR_RESET_PENDING:
             raise RegionError("cannot drain: a reset of the region is pending")
-        self._hold()
+        self.gate.hold()
         self.consumer.pause()
-        with self._lock:
-            positions = dict(self.positions)
+        positions = self.gate.snapshot()
         try:
             self.consumer.commit(positions)  # one request; a refusal of any partition fails the drain
         except ZkCoordError as e:
-            self._release()
+            self.gate.release()
             self._to_pending(f"drain commit failed: {e}")
             raise RegionError(f"drain failed, the region must reset: {e}") from e
         self.stats.drained((self.clock() - started) * 1000)
         return positions
 
     def _checkpoint(self, seq: int, state: Any) -> None:
-        if not self._held:
+        if self._state is ClientState.CR_RESET_PENDING:
+            # Between the drain and now a reset became pending (a lost session, a failed process): the offsets may no
+            # longer match the state, and a contribution would let a merge complete that a reset must not trust.
+            self.gate.release()
+            self._emit("region.checkpoint_refused", checkpoint=seq, reason="a reset of the region is pending")
+            raise CheckpointRefusedError(f"checkpoint {seq} refused: a reset of the region is pending")
+        if not self.gate.held:
             self._drain()
         try:
-            with self._lock:
-                positions = dict(self.positions)
+            positions = self.gate.snapshot()
             members = self.shared.members()
             offsets = {(tp.topic, tp.partition): off for tp, off in positions.items()}
             self.store.save(
@@ -318,11 +349,11 @@ class ConsistentRegion:
                 "region.checkpoint", checkpoint=seq, members=members, offsets=offsets_to_json(offsets), state=state
             )
         finally:
-            self._release()
+            self.gate.release()
 
     def _reset(self, seq: int | None) -> None:
         self._to_pending(f"reset to {'the initial state' if seq is None else f'checkpoint {seq}'}", request=False)
-        self._hold()
+        self.gate.hold()
         merged: dict[TopicPartition, int] | None = None
         restored: Any = None
         if seq is not None:
@@ -330,18 +361,26 @@ class ConsistentRegion:
                 found = self.shared.wait_merge(seq, self.config.merge_wait_s(self.consumer.config.max_poll_interval_s))
                 restored = self.store.load(seq).get("state")
             except ZkCoordError as e:
+                self.gate.release()  # still pending: nothing is queued or handed out, and polling runs the callbacks
                 raise RegionError(f"reset to checkpoint {seq} failed: {e}") from e
             merged = {TopicPartition(t, p): off for (t, p), off in found.offsets.items()}
         self._merged = merged
         targets = {tp: self._target(tp) for tp in self.consumer.fetcher.assignment()}
         self.consumer.fetcher.seek(targets, "region-reset")
-        with self._lock:
-            self.positions = dict(targets)
-        self.app.restore(restored)
+        with self.gate.lock:
+            self.gate.positions = dict(targets)
+        try:
+            self.app.restore(restored)
+        except Exception as e:
+            what = "the initial state" if seq is None else f"checkpoint {seq}"
+            self._emit("region.restore_failed", checkpoint=seq, error=repr(e)[:300])
+            self._fatal(f"region member {self.config.member}: restoring {what} failed: {e!r}"[:300])
+            raise RegionError(f"restoring {what} failed: {e!r}"[:300]) from e
         self._set_state(ClientState.RESET_COMPLETE)
+        self._owed, self._next_request_try = None, 0.0  # served
         self._fetched = False
         self._throttle_end = self.clock() + self.config.throttle_s
-        self._release()
+        self.gate.release()
         self._emit(
             "region.reset",
             checkpoint=seq,
@@ -356,39 +395,46 @@ class ConsistentRegion:
             self._session_lost = True
         elif state is ConnState.CONNECTED and self._session_lost:
             self._session_lost = False
-            self.events.put(("rejoin", None, _Reply()))
+            self.events.put(("rejoin", None, Reply()))
 
     def _rejoin(self, _arg: object) -> None:
         self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
         self._emit("region.joined", members=self.members)
-        self._to_pending("the region's session expired")
-        self.shared.request_reset(ResetRequest(self.last_order, "the region's session expired"))
+        self._to_pending("the region's session expired", request=False)
+        self._owed = ResetRequest(self.last_order, "the region's session expired")
+        self._send_request()
 
     def _retire(self, seq: int) -> None:
         self.shared.retire(seq)
-        self.store.retire(seq)
+        self.store.retire_through(seq)  # and the local copies of checkpoints below it that never completed
         self._emit("region.retired", checkpoint=seq)
 
     def _to_pending(self, reason: str, *, request: bool = True) -> None:
         """CR_RESET_PENDING: queued records dropped, polling stopped, assignments not sought, a reset requested
         (``request``: unless the reset is the driver's order already)."""
-        with self._lock:
-            self._epoch += 1
-            while True:
-                try:
-                    self.messages.get_nowait()
-                except queue.Empty:
-                    break
+        self.gate.invalidate(self.messages)
         if self._state is ClientState.CR_RESET_PENDING:
             return
         self._set_state(ClientState.CR_RESET_PENDING)
         self._emit("region.reset_pending", reason=reason)
-        if not request:
+        if request:
+            self._owed = ResetRequest(self.last_order, reason[:200])
+            self._send_request()
+
+    def _send_request(self) -> None:
+        """Write the owed reset request; when ZooKeeper refuses, ``region.request_failed`` and it is tried again
+        every ``REQUEST_RETRY_S`` (event thread) until written or a reset is carried out."""
+        owed = self._owed
+        if owed is None:
             return
         try:
-            self.shared.request_reset(ResetRequest(self.last_order, reason[:200]))
-        except ZkError as e:  # the driver also resets on the membership change a lost session makes
-            log.warning("region %s: reset request not written: %s", self.config.member, e)
+            self.shared.request_reset(owed)
+        except ZkError as e:
+            if self._next_request_try == 0.0:  # the first failure of this request is said; the retries are not
+                self._emit("region.request_failed", reason=owed.reason, error=str(e)[:200])
+            self._next_request_try = self.clock() + REQUEST_RETRY_S
+            return
+        self._owed, self._next_request_try = None, 0.0
 
     def _set_state(self, new: ClientState) -> None:
         self._state = states.check(self._state, new)
@@ -407,9 +453,9 @@ class ConsistentRegion:
     # --- the rebalance callbacks (event thread, inside poll) -----------------------------------------------------
 
     def _on_revoked(self, partitions: list[TopicPartition]) -> None:
-        with self._lock:
+        with self.gate.lock:
             for tp in partitions:
-                self.positions.pop(tp, None)
+                self.gate.positions.pop(tp, None)
         self._count_assignment()
         if not partitions or self._state is ClientState.CR_RESET_PENDING:
             return
@@ -428,8 +474,8 @@ class ConsistentRegion:
             self._to_pending(f"assigned partitions not sought: {e}")
             return
         self.consumer.fetcher.seek(targets, "region-assign")
-        with self._lock:
-            self.positions.update(targets)
+        with self.gate.lock:
+            self.gate.positions.update(targets)
         if self.consumer.fetcher.stats().records_delivered > self._delivered_before:
             self._sought_now |= set(targets)
 
@@ -440,49 +486,7 @@ class ConsistentRegion:
     # --- the process thread ---------------------------------------------------------------------------------------
 
     def _process_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                epoch, record = self.messages.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            tp = record.topic_partition
-            with self._lock:
-                while self._held and not self._stopping.is_set():
-                    self._lock.wait()
-                position = self.positions.get(tp)
-                if epoch != self._epoch or position is None or record.offset < position:
-                    continue  # of an older epoch, a partition no longer ours, or processed already
-                self._busy = True
-            try:
-                self.app.process(record)
-            except Exception as e:  # noqa: BLE001 -- the application's code: its state is in doubt, the region resets
-                log.warning("region %s: processing %s@%d failed: %r", self.config.member, tp, record.offset, e)
-                self.request_reset(f"processing failed: {e!r}"[:200])
-            else:
-                with self._lock:
-                    self.positions[tp] = record.offset + 1
-            finally:
-                with self._lock:
-                    self._busy = False
-                    self._lock.notify_all()
-
-    def _hold(self) -> None:
-        with self._lock:
-            self._held = True
-            while self._busy:
-                self._lock.wait()
-
-    def _release(self) -> None:
-        with self._lock:
-            self._held = False
-            self._lock.notify_all()
+        self.gate.process_loop(self.messages, self.app, self._stopping, self.request_reset, self.config.member)
 
     def _emit(self, event: str, **fields: Any) -> None:
         self.journal.emit(event, group=self.group, region=self.config.region, member=self.config.member, **fields)
-
-
-class _Reply:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.value: Any = None
-        self.error: BaseException | None = None

@@ -21,6 +21,7 @@ from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeE
 from zkcoord.layout import paths
 from zkcoord.layout.region import (
     Ack,
+    CompletedRecord,
     Contribution,
     ControlOrder,
     Merge,
@@ -162,11 +163,15 @@ class SharedData:
             self.zk.set(path, contribution.encode())  # our own znode: nobody else writes it
 
     def read_merge(self, seq: int, watch: Callable[[Any], None] | None = None) -> Merge:
-        """The merge of ``seq`` as it stands (unreadable contributions are left out: they cannot complete it)."""
+        """The merge of ``seq`` as it stands (unreadable contributions are left out: they cannot complete it).  The
+        watch, if given, is on its contributions: a new one, one deleted, and one rewritten in place."""
         root = paths.region_merge(self.group, seq)
         try:
             names = self.zk.get_children(root, watch=watch)
+            root_stat = self.zk.exists(root)
         except NoNodeError:
+            root_stat = None
+        if root_stat is None:
             if watch is not None and self.zk.exists(root, watch=watch) is not None:
                 return self.read_merge(seq, watch)  # created meanwhile
             return merge(seq, [])
@@ -174,10 +179,31 @@ class SharedData:
         for name in names:
             path = paths.region_contribution(self.group, seq, name)
             try:
-                found.append(Contribution.decode(self.zk.get(path)[0], path))
+                found.append(Contribution.decode(self.zk.get(path, watch=watch)[0], path))
             except (NoNodeError, CodecError):
                 continue
-        return merge(seq, found)
+        return merge(seq, found, self.controlled_before(root_stat.czxid))
+
+    def controlled_before(self, zxid: int) -> set[TopicPartitionKey]:
+        """The partitions whose control variable was created before ``zxid`` (the merge's first contribution): a
+        merge must cover them.  A partition first seen later (added at runtime) is not in the checkpoint's states,
+        so its control variable is its right position in a reset to it."""
+        out: set[TopicPartitionKey] = set()
+        root = f"{paths.region_root(self.group)}/initial"
+        try:
+            topics = self.zk.get_children(root)
+        except NoNodeError:
+            return out
+        for topic in topics:
+            try:
+                partitions = self.zk.get_children(f"{root}/{topic}")
+            except NoNodeError:
+                continue
+            for part in partitions:
+                stat = self.zk.exists(paths.region_initial(self.group, topic, int(part))) if part.isdigit() else None
+                if stat is not None and stat.czxid < zxid:
+                    out.add((topic, int(part)))
+        return out
 
     def wait_merge(self, seq: int, timeout_s: float) -> Merge:
         """Wait until checkpoint ``seq``'s merge is complete, notified by a watch on its contributions (not by
@@ -229,16 +255,54 @@ class SharedData:
             return None, -1
         return ControlOrder.decode(data, path), stat.version
 
-    def put_order(self, order: ControlOrder, version: int) -> int:
-        """Write the driver's order at ``version`` (-1: the control znode must not exist yet).  Returns the new
-        version.  :raises BadVersionError: another driver wrote since we read (we are stale)."""
+    def put_order(self, order: ControlOrder, version: int, completed_version: int | None = None) -> int:
+        """Write the driver's order at ``version`` (-1: the control znode must not exist yet), in a transaction that
+        checks ``completed`` is still at ``completed_version`` (when given).  Returns the new version.
+
+        :raises BadVersionError: another driver wrote since we read (we are stale)."""
         path = paths.region_control(self.group)
+        txn = self.zk.transaction()
+        if completed_version is not None:
+            txn.check(paths.region_completed(self.group), completed_version)
         if version < 0:
-            try:
-                return self.zk.create_stat(path, order.encode(), makepath=True).version
-            except NodeExistsError as e:
-                raise BadVersionError(f"{path}: created by another driver") from e
-        return self.zk.set(path, order.encode(), version).version
+            txn.create(path, order.encode())
+        else:
+            txn.set_data(path, order.encode(), version)
+        try:
+            results = txn.commit()
+        except (NodeExistsError, NoNodeError) as e:
+            raise BadVersionError(f"{path}: written by another driver: {e}") from e
+        return 0 if version < 0 else int(results[-1].version)
+
+    def completed(self) -> tuple[CompletedRecord | None, int]:
+        """The driver's record of the last complete checkpoint and its version (``None, -1``: none).
+
+        :raises CodecError:"""
+        path = paths.region_completed(self.group)
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None, -1
+        return CompletedRecord.decode(data, path), stat.version
+
+    def ensure_completed(self, epoch: int) -> None:
+        """Create ``completed`` (no checkpoint yet) if absent, so every driver write can check its version."""
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(paths.region_completed(self.group), CompletedRecord(epoch, None, ()).encode())
+
+    def put_completed(self, record: CompletedRecord, version: int, control_version: int) -> int:
+        """Record a complete checkpoint at ``version``, in a transaction that checks ``control`` is still at
+        ``control_version`` (this driver's last order).  Returns the new version.
+
+        :raises BadVersionError: another driver wrote either since we read (we are stale)."""
+        txn = self.zk.transaction()
+        txn.check(paths.region_control(self.group), control_version)
+        txn.set_data(paths.region_completed(self.group), record.encode(), version)
+        try:
+            results = txn.commit()
+        except NoNodeError as e:
+            raise BadVersionError(f"{paths.region_completed(self.group)}: {e}") from e
+        return int(results[-1].version)
 
     def ack(self, answer: Ack) -> None:
         path = paths.region_ack(self.group, self.member)

@@ -25,16 +25,16 @@ class ClientState(Enum):
 TRANSITIONS: dict[ClientState, dict[ClientState, str]] = {
     ClientState.SUBSCRIBED: {
         ClientState.CR_RESET_PENDING: "a revocation after fetching, an order, a restart into a running region",
-        ClientState.RESET_COMPLETE: "a reset carried out (to the initial state or a merged checkpoint)",
     },
     ClientState.CR_RESET_PENDING: {
         ClientState.RESET_COMPLETE: "the reset carried out: partitions sought, state restored",
     },
     ClientState.RESET_COMPLETE: {
-        ClientState.CR_RESET_PENDING: "a revocation after fetching, or a reset ordered",
-        ClientState.RESET_COMPLETE: "another reset carried out directly (no revocation before it)",
+        ClientState.CR_RESET_PENDING: "a revocation after fetching, a reset ordered, a failed drain or process",
     },
 }
+# Every reset passes through CR_RESET_PENDING (queues cleared, processing held: the seed's reset processing), so
+# neither SUBSCRIBED -> RESET_COMPLETE nor RESET_COMPLETE -> RESET_COMPLETE is ever taken: not legal either.
 
 
 class IllegalTransitionError(ZkCoordError):

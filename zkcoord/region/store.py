@@ -64,3 +64,10 @@ class LocalStore:
     def retire(self, seq: int) -> None:
         """Remove checkpoint ``seq`` (absent: nothing to do)."""
         self.path(seq).unlink(missing_ok=True)
+
+    def retire_through(self, seq: int) -> None:
+        """Remove every checkpoint up to ``seq``: a driver retires only checkpoints below its last complete one, so the
+        ones below ``seq`` are older complete ones or ones that never completed (never reset to)."""
+        for old in self.seqs():
+            if old <= seq:
+                self.retire(old)

@@ -157,9 +157,27 @@ EVENTS: dict[str, str] = {
     "region.retired": "a member retired a checkpoint (its merge and its local copy): group, region, member, checkpoint",
     "region.order": "the region driver wrote an order: group, region, epoch, id, op, checkpoint, members",
     "region.completed": (
-        "the region driver found checkpoint seq complete (every member acknowledged it, the merge has N distinct "
-        "contributions and no partition twice, no reset was requested meanwhile): group, region, checkpoint, members"
+        "the region driver found checkpoint seq complete and recorded it in region/completed (every member "
+        "acknowledged it, the merge has N distinct contributions, no partition twice and every partition with a "
+        "control variable, no reset was requested meanwhile): group, region, checkpoint, members"
     ),
+    "region.incomplete": "a driver's checkpoint did not complete and is retired: group, region, checkpoint, reason",
+    "region.unusable": (
+        "the last complete checkpoint's merge is no longer complete; the driver resets to the initial state: group, "
+        "region, checkpoint, reason"
+    ),
+    "region.checkpoint_refused": (
+        "a member refused a checkpoint while a reset of its region is pending: group, region, member, checkpoint, "
+        "reason"
+    ),
+    "region.request_failed": (
+        "a member's reset request was not written (tried again each second): group, region, member, reason, error"
+    ),
+    "region.restore_failed": (
+        "the application's restore raised on a stored state (the member stops): group, region, member, checkpoint, "
+        "error"
+    ),
+    "region.failed": "a region member cannot go on and stops: group, region, member, reason",
     "offsets.committed": (
         "a committed offset: group, consumer, topic, partition, offset, auto_commit (the committing consumer's setting)"
     ),
