@@ -205,7 +205,7 @@ class HandlerState:
         """
         c = self.c
         if not self.lost:
-            self.commits.stopped(commit, stop.path, stop.handover, lost=False)
+            self.commits.stopped(commit, stop.path, stop.handover, lost=False, verify=stop.verify)
         if stop.eager:
             self.release()
         else:

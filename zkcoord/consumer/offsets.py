@@ -197,14 +197,16 @@ class OffsetStore(OwnerRepairs):
         handover: Mapping[TopicPartition, str] | None = None,
         *,
         final: bool = False,
+        verify: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
         Only changed positions are written (``final``: also an unchanged one whose offset znode is gone, the last
         commit before the partitions go to another owner -- the next owner starts from what it reads there; an
         existing one is left alone, since it may hold an operator's fix of a position we never moved; whether it is
-        gone is checked inside the transaction, a ``check`` at any version, not by a read before it), in one
-        transaction that checks every owner version first.  ``ack``: a
+        gone is checked inside the transaction, a ``check`` at any version, not by a read before it; ``verify``: more
+        positions of claimed partitions checked so, and written only if gone -- a stop's, whose auto-commit before
+        the callback found them committed), in one transaction that checks every owner version first.  ``ack``: a
         command to acknowledge in that same transaction (deleted and recorded in its channel,
         :mod:`zkcoord.consumer.acks`: so it is acknowledged exactly when the commit lands), or alone when there is
         nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
@@ -216,6 +218,7 @@ class OffsetStore(OwnerRepairs):
         """
         with self._lock:
             todo, present = self._to_write(positions, final=final)
+            present.update({tp: off for tp, off in (verify or {}).items() if tp in self._claims and tp not in todo})
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
