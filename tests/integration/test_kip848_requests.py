@@ -137,6 +137,7 @@ def test_a_carried_version_claims_without_reading_the_owner_and_acknowledges_wit
     for the partition: the claim reads its committed offset only, and one transaction checks the version and
     acknowledges the start."""
     start = _start_of(member)
+    member.create(paths.offset(G, "t", 0), encode_int(7), makepath=True)  # the previous owner's commit
     version = member.exists(paths.owner(G, "t", 0))
     assert version is not None
     store = OffsetStore(member, G, paths.member(G, A))
@@ -144,7 +145,7 @@ def test_a_carried_version_claims_without_reading_the_owner_and_acknowledges_wit
     mark = requests.mark()
     result = store.claim({TP: f"{A}-0"}, add=True, repairable={TP}, carried={TP: version.version}, ack=start)
     assert result.acked and set(result.claims) == {TP}
-    assert result.claims[TP].owner_version == version.version
+    assert result.claims[TP].owner_version == version.version and result.claims[TP].committed == 7
     assert requests.reads(mark, paths.owner(G, "t", 0)) == 0, requests.since(mark, member.kazoo)
     assert [kind for kind, _ in requests.since(mark, member.kazoo)] == ["GetData", "Transaction"]
     assert AssignmentAck.decode(member.get(paths.ack(G, A))[0]).assignment == int(start.rpartition("-")[2])

@@ -70,6 +70,8 @@ class OffsetStore(OwnerRepairs):
         """``member``: the path of our registration (a repair needs it alive in the claim's session)."""
         super().__init__(zk, group, member)
         self._committed: dict[TopicPartition, int] = {}
+        #: topics whose ``offsets/<t>`` is known to exist (persistent: once there, it stays)
+        self._ensured: set[str] = set()
 
     def claim(
         self,
@@ -107,6 +109,7 @@ class OffsetStore(OwnerRepairs):
         reads = self.zk.get_many(owner_paths + offset_paths, watch=wait, watched=set(owner_paths))
         owners = dict(zip(read, reads, strict=False))
         offsets = dict(zip(tps, reads[len(read) :], strict=True))
+        self._ensure_parents(offsets)
         acked = bool(checked) and check_carried(self.zk, self.group, checked, ack)
         if checked and not acked:  # a carried version is not the owner znode's: read them all, as without one
             owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in sorted(checked)]
@@ -147,6 +150,19 @@ class OffsetStore(OwnerRepairs):
             self._uncertain -= set(claims)
             self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
         return Claims(claims, problems, pending, acked)
+
+    def _ensure_parents(self, offsets: Mapping[TopicPartition, tuple[bytes, Stat] | None]) -> None:
+        """Make sure ``offsets/<t>`` exists for each topic one of whose offset znodes a claim found absent, before
+        anything is fetched: the first commit then needs no extra round trip, and a commit sent while ZooKeeper
+        is paused (a closing consumer's last) lands whole once it resumes.  An offset znode found present proves its
+        parent exists: no request (issue 16: the joiner's ``exists`` of ``offsets/<t>``).
+        :raises ZkError: on I/O failure."""
+        present = {tp.topic for tp, got in offsets.items() if got is not None}
+        absent = {tp.topic for tp, got in offsets.items() if got is None}
+        self._ensured |= present
+        for topic in sorted(absent - self._ensured):
+            self.zk.ensure_path(paths.offsets(self.group, topic))
+            self._ensured.add(topic)
 
     def _committed_of(self, tp: TopicPartition, offset: tuple[bytes, Stat] | None, problems: list[str]) -> int | None:
         """The committed offset a claim read (None: none, or unreadable, which ``problems`` then says)."""
