@@ -223,11 +223,13 @@ def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
             add: bool = False,
             wait: Callable[[WatchEvent], None] | None = None,
             repairable: AbstractSet[TopicPartition] = frozenset(),
+            carried: Mapping[TopicPartition, int] | None = None,
+            ack: str | None = None,
         ) -> Claims:
             if wait is not None and not failed:
                 failed.append(True)
                 raise ZkUnavailableError("injected connection loss", "owners")
-            return real_claim(ownership, add=add, wait=wait, repairable=repairable)
+            return real_claim(ownership, add=add, wait=wait, repairable=repairable, carried=carried, ack=ack)
 
         gainer.offsets.claim = claim_failing_once  # type: ignore[method-assign]
         new = f"{gainer.consumer_id}-0"

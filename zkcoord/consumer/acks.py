@@ -43,6 +43,12 @@ def assignment_ack(command: str, *, record: bool = True) -> tuple[str, bytes] | 
     return paths.ack(*parsed), AssignmentAck(zxid, refused=not record).encode()
 
 
+def ack_znode(command: str) -> str | None:
+    """The acknowledgement znode (``ack/<c>``) of a consumer-protocol assignment ``command``; None for a channel's."""
+    ack = assignment_ack(command)
+    return None if ack is None else ack[0]
+
+
 def add_acknowledgement(txn: Transaction, command: str, *, record: bool = True) -> None:
     """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it
     (unless not ``record``: a refused command is only deleted).  The transaction fails with

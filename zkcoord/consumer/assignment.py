@@ -27,7 +27,8 @@ from zkcoord.consumer.core import ConsumerCore
 from zkcoord.errors import NodeExistsError
 from zkcoord.layout import paths
 from zkcoord.layout.commands import ASSIGNMENT_NAME, assignment_zxid
-from zkcoord.zk import Stat, WatchEvent
+from zkcoord.zk import Stat, WatchEvent, WatchKind
+from zkcoord.zk.types import OneShot
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,10 @@ class AssignmentReader:
         self.c = core
         #: the session in which our ``ack/<c>`` was last known to exist (0: not known)
         self.ack_session = 0
+        #: whether our assignment znode is known to exist (a read found it, its watch saw it created or changed, or
+        #: the heartbeat's round trip found it): until it is, a read starts with an ``exists`` that arms the watch,
+        #: and the group's state is read only once there is an assignment for it to vouch for
+        self.seen = False
 
     def probe(self) -> str:
         """What the heartbeat thread's lease round trip reads (``exists``): our assignment znode for the consumer
@@ -62,15 +67,21 @@ class AssignmentReader:
         one-shot watch spent, the event lost) still hears its assignment within a heartbeat, as KIP-848's heartbeat
         response carries it.  Heartbeat thread; only enqueues."""
         if self.c.config.rebalance == "consumer" and stat is not None and stat.mzxid > assignment_zxid(done):
+            self.seen = True
             self.c.events.put(("assignment", None))
 
-    def _fired(self, _event: WatchEvent) -> None:
+    def _fired(self, event: WatchEvent) -> None:
+        if event.kind in (WatchKind.CREATED, WatchKind.CHANGED):
+            self.seen = True
         self.c.events.put(("assignment", None))
 
     def read(self) -> Written | None:
         """Read the assignment and the group state (one round trip), arming the watch on the assignment; None if
         there is none yet (a watch waits for its creation).  Makes sure our ``ack/<c>`` exists first (once per
-        session: an acknowledgement inside a commit's transaction can only set it).
+        session: an acknowledgement inside a commit's transaction can only set it).  While the assignment is not
+        known to exist (a member that just joined: the coordinator writes it only once it has seen the
+        registration) an ``exists`` comes first, which arms the watch: the state, read only to vouch for an
+        assignment, is not read for none (issue 16: one request of every join).
 
         :raises ZkError: on I/O failure (the event is redelivered).
         """
@@ -81,9 +92,14 @@ class AssignmentReader:
                 c.zk.create(paths.ack(group, me), b"", makepath=True)
             self.ack_session = c.zk.session_id
         path = paths.assignment(group, me)
+        # One watcher object for both reads (kazoo keeps one per path and callback): one fire per change.
+        watch = OneShot(self._fired, path)
+        if not self.seen and c.zk.exists(path, watch=watch) is None:
+            return None  # the watch brings its creation
         got, state = c.zk.get_many([path, paths.group_state(group)], watch=self._fired, watched=[path])
+        self.seen = got is not None
         if got is None:
-            if c.zk.exists(path, watch=self._fired) is not None:
+            if c.zk.exists(path, watch=watch) is not None:
                 c.events.put(("assignment", None))  # created meanwhile: read it
             return None
         name = f"{ASSIGNMENT_NAME}{got[1].mzxid}"

@@ -48,7 +48,7 @@ from zkcoord.consumer.lease import Lease, lease_duration, wall_ms_at
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.polling import AppSide, PartitionsCallback, journal_consumed
 from zkcoord.consumer.records import ConsumerRecord, TopicPartition
-from zkcoord.consumer.registration import delete_own, register_first, watch_own
+from zkcoord.consumer.registration import create_channel, delete_own, register_first, watch_own
 from zkcoord.consumer.resets import ResetReporter
 from zkcoord.consumer.shared import ConsumerMetrics
 from zkcoord.errors import ZkError
@@ -161,7 +161,7 @@ class Consumer:
         self._fit_lease()
         self.lease.renew(sent)
         self.zk.add_listener(self._on_state)
-        self.zk.ensure_path(paths.channel(self.config.group, self.consumer_id))
+        create_channel(self.core)
         register_first(self.core)
         self.fetcher.start()
         for name, target in (("consumer-cmd", self.handler.run), ("consumer-hb", self._heartbeat)):

@@ -119,11 +119,12 @@ class CommandHandler:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
                 if kind in ("channel", "assignment"):
                     self.c.redeliver_later((kind, None))
+                elif kind == "registration":
+                    self.c.redeliver_later((kind, None))  # read it then: what the watch saw may be old by now
                 elif kind in (
                     "commit",
                     "legacy-claim",
                     "owner",
-                    "registration",
                     "channel-node",
                     "revoke-done",
                     "classic-join",
@@ -201,7 +202,7 @@ class CommandHandler:
     def _on_own_znodes(self, kind: str, arg: object) -> None:
         """Our registration or channel changed, or a commit found partitions no longer ours: repair, or stop."""
         if kind == "registration":
-            check_registration(self.state)
+            check_registration(self.state, arg if isinstance(arg, tuple) else None)
         elif kind == "channel-node" and (arg is None or isinstance(arg, int)):
             check_channel(self.state, arg)
         elif kind == "fenced" and isinstance(arg, list):

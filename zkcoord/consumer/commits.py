@@ -40,10 +40,11 @@ class Commits:
         handover: dict[TopicPartition, str] | None = None,
         *,
         final: bool = False,
+        verify: dict[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Commit (``final``: the last commit of these partitions, written even if unchanged); with ``ack``, delete
-        that command in the same transaction, and with ``handover`` set those partitions' owner znodes (see
-        :meth:`zkcoord.consumer.offsets.OffsetStore.commit`).
+        that command in the same transaction, and with ``handover`` set those partitions' owner znodes; ``verify``:
+        positions written only if their offset znode is gone (see :meth:`zkcoord.consumer.offsets.OffsetStore.commit`).
 
         :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted);
             the command thread stops fetching them (:meth:`stop_fenced`).
@@ -53,7 +54,7 @@ class Commits:
         with self.lock:
             sent = c.clock()
             try:
-                written = c.offsets.commit(positions, ack=ack, handover=handover, final=final)
+                written = c.offsets.commit(positions, ack=ack, handover=handover, final=final, verify=verify)
             except ZkError:
                 c.stats.commit_failures.inc()
                 raise
@@ -121,6 +122,7 @@ class Commits:
         handover: dict[TopicPartition, str] | None = None,
         *,
         lost: bool,
+        verify: dict[TopicPartition, int] | None = None,
     ) -> bool:
         """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
         deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
@@ -130,7 +132,7 @@ class Commits:
         if lost:
             self.unsettled.clear()
             return False
-        acked = self.quietly(dict(self.unsettled), ack, handover, final=True)
+        acked = self.quietly(dict(self.unsettled), ack, handover, final=True, verify=verify)
         self.unsettled.clear()
         return acked
 
@@ -141,10 +143,11 @@ class Commits:
         handover: dict[TopicPartition, str] | None = None,
         *,
         final: bool = False,
+        verify: dict[TopicPartition, int] | None = None,
     ) -> bool:
         """Commit, logging a fenced partition; True if ``ack`` was deleted with it.  :raises ZkError: as commit."""
         try:
-            self.commit(positions, ack, handover, final=final)
+            self.commit(positions, ack, handover, final=final, verify=verify)
         except OffsetCommitFencedError as e:
             log.warning("consumer %s: %s", self.c.consumer_id, e)
         return ack is not None

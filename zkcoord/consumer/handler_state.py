@@ -92,11 +92,15 @@ class HandlerState:
         #: a channel listing, or our assignment's watch, stopped at a parked stop: looked at again when it is finished
         self.channel_blocked = False
         self.assignment_blocked = False
+        #: the start whose acknowledgement landed with its claim's checks (zkcoord.consumer.carried): not written again
+        self.landed = ""
 
     def ack(self, path: str, name: str) -> None:
         """Acknowledge a command: delete it and, if we applied it (not :meth:`refuse`), record it in its channel, in
         one transaction (:mod:`zkcoord.consumer.acks`).  :raises ZkError: it stays to acknowledge when redelivered."""
         self.applied.add(name)
+        if name == self.landed:
+            return
         self.unacked.add(name)
         acknowledge(self.c.zk, path, record=name not in self.refused)
         self.unacked.discard(name)
@@ -201,7 +205,7 @@ class HandlerState:
         """
         c = self.c
         if not self.lost:
-            self.commits.stopped(commit, stop.path, stop.handover, lost=False)
+            self.commits.stopped(commit, stop.path, stop.handover, lost=False, verify=stop.verify)
         if stop.eager:
             self.release()
         else:

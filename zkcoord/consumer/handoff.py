@@ -50,6 +50,9 @@ class ParkedStop:
     taken: bool = False
     #: the session ended before it was finished: the application hears a loss instead
     cancelled: bool = False
+    #: positions the auto-commit before the callback found committed already: their last commit's only question
+    #: (is the offset znode still there?) is a check in the stop's own transaction, not a request before it
+    verify: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 class Change(Enum):

@@ -28,15 +28,16 @@ thread; a lock serialises them.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from zkcoord.consumer.acks import acknowledge, add_acknowledgement
+from zkcoord.consumer.acks import ack_znode, acknowledge, add_acknowledgement
+from zkcoord.consumer.carried import carry, check_carried
+from zkcoord.consumer.owner_repair import Claim, OwnerRepairs
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
 from zkcoord.layout import paths
-from zkcoord.layout.group_state import GroupState, decode_owner, encode_owner
+from zkcoord.layout.group_state import encode_owner
 from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.zk import Stat, WatchEvent, ZkClient
 
@@ -60,45 +61,17 @@ class Claims:
     claims: dict[TopicPartition, Claim]
     problems: list[str]
     pending: set[TopicPartition]
+    #: the start's acknowledgement landed with the checks of its carried versions (:meth:`OffsetStore.claim`)
+    acked: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What a consumer knows of a partition it was told to fetch."""
-
-    thread: str
-    owner_version: int
-    committed: int | None
-    offset_exists: bool
-    #: the ZooKeeper session the claim was read in (only a claim of the current session may repair its owner znode)
-    session: int = 0
-    #: the ``czxid`` of the owner znode the claim was read from (or repaired to)
-    owner_czxid: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Repair:
-    """An owner znode a consumer rewrote with its own thread: ``reason`` says what it found."""
-
-    tp: TopicPartition
-    thread: str
-    reason: str
-
-
-class OffsetStore:
+class OffsetStore(OwnerRepairs):
     def __init__(self, zk: ZkClient, group: str, member: str | None = None) -> None:
         """``member``: the path of our registration (a repair needs it alive in the claim's session)."""
-        self.zk = zk
-        self.group = group
-        self.member = member
-        self._lock = threading.Lock()
-        self._claims: dict[TopicPartition, Claim] = {}
+        super().__init__(zk, group, member)
         self._committed: dict[TopicPartition, int] = {}
+        #: topics whose ``offsets/<t>`` is known to exist (persistent: once there, it stays)
         self._ensured: set[str] = set()
-        self._repairs: list[Repair] = []
-        #: claims a commit of which had an unknown outcome (its reply lost): it may have landed, handing the partition
-        #: over, so that claim is never repaired or renewed (only a fresh claim is trusted again)
-        self._uncertain: set[TopicPartition] = set()
 
     def claim(
         self,
@@ -107,6 +80,8 @@ class OffsetStore:
         add: bool = False,
         wait: Callable[[WatchEvent], None] | None = None,
         repairable: Set[TopicPartition] = frozenset(),
+        carried: Mapping[TopicPartition, int] | None = None,
+        ack: str | None = None,
     ) -> Claims:
         """Read owner versions and committed offsets of the partitions a start-fetcher gives us.
 
@@ -118,41 +93,55 @@ class OffsetStore:
         owner znodes of ``repairable`` partitions (those the group's state gives us at the start's own generation)
         are repaired when absent, unreadable or naming another thread: the coordinator wrote our thread there with
         the start, so anything else was written by hand.
+
+        ``carried``: owner znode versions the start carries (:mod:`zkcoord.consumer.carried`); those of
+        ``repairable`` partitions are claimed by a check of that version, in one transaction with the start's
+        acknowledgement ``ack``, instead of a read of each owner znode (``Claims.acked`` then).  A check that fails
+        sends every carried partition back to the read above: nothing is claimed on a version not checked.
         :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
-        for topic in sorted({tp.topic for tp in tps} - self._ensured):
-            self.zk.ensure_path(paths.offsets(self.group, topic))
-            self._ensured.add(topic)  # persistent: once there, it stays (a round trip saved per start-fetcher)
-        owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in tps]
+        checked = carry(carried, ownership, repairable, wait)
+        read = [tp for tp in tps if tp not in checked]
+        owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in read]
         offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in tps]
         session = self.zk.session_id
         reads = self.zk.get_many(owner_paths + offset_paths, watch=wait, watched=set(owner_paths))
+        owners = dict(zip(read, reads, strict=False))
+        offsets = dict(zip(tps, reads[len(read) :], strict=True))
+        self._ensure_parents(offsets)
+        acked = bool(checked) and check_carried(self.zk, self.group, checked, ack)
+        if checked and not acked:  # a carried version is not the owner znode's: read them all, as without one
+            owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in sorted(checked)]
+            owners.update(zip(sorted(checked), self.zk.get_many(owner_paths), strict=True))
+            checked = {}
         claims: dict[TopicPartition, Claim] = {}
         problems: list[str] = []
         pending: set[TopicPartition] = set()
-        for i, tp in enumerate(tps):
-            owner, offset = reads[i], reads[len(tps) + i]
-            if owner is None and wait is not None:
+        for tp in tps:
+            owner, offset = owners.get(tp), offsets[tp]
+            owner_path = paths.owner(self.group, tp.topic, tp.partition)
+            holder: str | None
+            if tp in checked:
+                holder, version, czxid, problem = ownership[tp], checked[tp], 0, ""
+            elif owner is None and wait is not None:
                 pending.add(tp)
                 continue
-            repair = wait is None and tp in repairable
-            holder, (version, czxid), problem = self._holder(tp, ownership[tp], owner, repair=repair, session=session)
+            else:
+                repair = wait is None and tp in repairable
+                holder, (version, czxid), problem = self._holder(
+                    tp, ownership[tp], owner, repair=repair, session=session
+                )
             if holder is None:
-                problems.append(f"{owner_paths[i]}: {problem}")
+                problems.append(f"{owner_path}: {problem}")
                 continue
             if holder != ownership[tp] and wait is not None:
                 pending.add(tp)
                 continue
             if holder != ownership[tp]:
-                problems.append(f"{owner_paths[i]}: owned by {holder}, not {ownership[tp]}")
+                problems.append(f"{owner_path}: owned by {holder}, not {ownership[tp]}")
                 continue
-            committed = None
-            if offset is not None:
-                try:
-                    committed = decode_int("committed offset", offset[0], offset_paths[i])
-                except CodecError as e:
-                    problems.append(f"{e}; starting from the start policy")
+            committed = self._committed_of(tp, offset, problems)
             claims[tp] = Claim(ownership[tp], version, committed, offset is not None, session, czxid)
         with self._lock:
             if not add:
@@ -160,31 +149,30 @@ class OffsetStore:
             self._claims.update(claims)
             self._uncertain -= set(claims)
             self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
-        return Claims(claims, problems, pending)
+        return Claims(claims, problems, pending, acked)
 
-    def _holder(
-        self, tp: TopicPartition, thread: str, owner: tuple[bytes, Stat] | None, *, repair: bool, session: int
-    ) -> tuple[str | None, tuple[int, int], str]:
-        """``(holder, (version, czxid), problem)`` of ``tp``'s owner znode as read (``owner``) by a claim for
-        ``thread``.  With ``repair`` (the group's state vouches that the start gives us ``tp``), one that is absent,
-        unreadable or names another thread was not written by the coordinator that sent the start (see the module's
-        docstring): it is ours to repair, and is."""
-        problem = "no owner registered"
-        if owner is not None:
-            try:
-                holder = decode_owner(owner[0], paths.owner(self.group, *tp))
-            except CodecError as e:
-                problem = f"unreadable ({e.reason})"
-            else:
-                if holder == thread or not repair:
-                    return holder, (owner[1].version, owner[1].czxid), ""
-                problem = f"named {holder}"
-        if not repair:
-            return None, (-1, 0), problem
-        repaired = self._repair(tp, thread, owner[1] if owner else None, problem, session)
-        if repaired is None:
-            return None, (-1, 0), f"{problem}, and could not be repaired"
-        return thread, (repaired.version, repaired.czxid), ""
+    def _ensure_parents(self, offsets: Mapping[TopicPartition, tuple[bytes, Stat] | None]) -> None:
+        """Make sure ``offsets/<t>`` exists for each topic one of whose offset znodes a claim found absent, before
+        anything is fetched: the first commit then needs no extra round trip, and a commit sent while ZooKeeper
+        is paused (a closing consumer's last) lands whole once it resumes.  An offset znode found present proves its
+        parent exists: no request (issue 16: the joiner's ``exists`` of ``offsets/<t>``).
+        :raises ZkError: on I/O failure."""
+        present = {tp.topic for tp, got in offsets.items() if got is not None}
+        absent = {tp.topic for tp, got in offsets.items() if got is None}
+        self._ensured |= present
+        for topic in sorted(absent - self._ensured):
+            self.zk.ensure_path(paths.offsets(self.group, topic))
+            self._ensured.add(topic)
+
+    def _committed_of(self, tp: TopicPartition, offset: tuple[bytes, Stat] | None, problems: list[str]) -> int | None:
+        """The committed offset a claim read (None: none, or unreadable, which ``problems`` then says)."""
+        if offset is None:
+            return None
+        try:
+            return decode_int("committed offset", offset[0], paths.offset(self.group, *tp))
+        except CodecError as e:
+            problems.append(f"{e}; starting from the start policy")
+            return None
 
     def release(self, tps: Iterable[TopicPartition] | None = None) -> None:
         """Forget the claims on ``tps`` (None: all of them); their offsets can no longer be committed by us."""
@@ -197,18 +185,17 @@ class OffsetStore:
                 self._committed.pop(tp, None)
                 self._uncertain.discard(tp)
 
-    def _to_write(self, positions: Mapping[TopicPartition, int], *, final: bool) -> dict[TopicPartition, int]:
-        """The positions of claimed partitions that :meth:`commit` writes: changed ones, and with ``final`` unchanged
-        ones whose offset znode is absent (one pipelined read).  Under the lock."""
+    def _to_write(
+        self, positions: Mapping[TopicPartition, int], *, final: bool
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The positions of claimed partitions that :meth:`commit` writes (changed ones), and with ``final`` the
+        unchanged ones whose offset znode must still exist (the transaction checks that it does, version -1, instead
+        of a read before it: one absent is created then).  Under the lock."""
         todo = {tp: off for tp, off in positions.items() if tp in self._claims}
-        unchanged = [tp for tp, off in todo.items() if self._committed.get(tp) == off]
-        found = (
-            self.zk.get_many([paths.offset(self.group, tp.topic, tp.partition) for tp in unchanged]) if final else []
-        )
-        for i, tp in enumerate(unchanged):
-            if not final or found[i] is not None:
-                del todo[tp]
-        return todo
+        unchanged = {tp: off for tp, off in todo.items() if self._committed.get(tp) == off}
+        for tp in unchanged:
+            del todo[tp]
+        return todo, (unchanged if final else {})
 
     def committed(self) -> dict[TopicPartition, int]:
         with self._lock:
@@ -226,13 +213,16 @@ class OffsetStore:
         handover: Mapping[TopicPartition, str] | None = None,
         *,
         final: bool = False,
+        verify: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
         Only changed positions are written (``final``: also an unchanged one whose offset znode is gone, the last
         commit before the partitions go to another owner -- the next owner starts from what it reads there; an
-        existing one is left alone, since it may hold an operator's fix of a position we never moved), in one
-        transaction that checks every owner version first.  ``ack``: a
+        existing one is left alone, since it may hold an operator's fix of a position we never moved; whether it is
+        gone is checked inside the transaction, a ``check`` at any version, not by a read before it; ``verify``: more
+        positions of claimed partitions checked so, and written only if gone -- a stop's, whose auto-commit before
+        the callback found them committed), in one transaction that checks every owner version first.  ``ack``: a
         command to acknowledge in that same transaction (deleted and recorded in its channel,
         :mod:`zkcoord.consumer.acks`: so it is acknowledged exactly when the commit lands), or alone when there is
         nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
@@ -243,16 +233,18 @@ class OffsetStore:
         :raises ZkError: on I/O failure (nothing is committed then).
         """
         with self._lock:
-            todo = self._to_write(positions, final=final)
+            todo, present = self._to_write(positions, final=final)
+            present.update({tp: off for tp, off in (verify or {}).items() if tp in self._claims and tp not in todo})
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
             # Each owner znode is looked at again at most once per commit.
             rechecked = self._recheck_other_znodes(todo, handing, fenced)
             recreated: set[TopicPartition] = set()
-            while todo or handing:
+            alone: str | None = None  # an acknowledgement whose znode is gone: written alone, after the commit
+            while todo or handing or present:
                 try:
-                    self._commit_once(todo, ack, handing)
+                    self._commit_once(todo, ack, handing, present)
                 except NodeExistsError as e:
                     # Our record said "absent" but the node exists (an earlier commit whose reply was lost):
                     # set it instead of creating it.
@@ -262,14 +254,12 @@ class OffsetStore:
                     self._offset_exists(tp_created, exists=True)
                     continue
                 except (BadVersionError, NoNodeError) as e:
-                    if ack is not None and e.path == ack:
-                        ack = None  # acknowledged already (a reply lost earlier): commit alone
+                    if ack is not None and e.path in (ack, ack_znode(ack)):
+                        # The command is gone: acknowledged already (a reply lost earlier), commit alone.  Or our
+                        # ack/<c> is gone (deleted by hand): commit, then acknowledge alone, which creates it.
+                        alone, ack = (None if e.path == ack else ack), None
                         continue
-                    gone = self._offset_of_path(e.path, todo)
-                    if isinstance(e, NoNodeError) and gone is not None and gone not in recreated:
-                        # The offset znode (or its parents) was deleted under us: create it, parents first.
-                        recreated.add(gone)
-                        self._offset_exists(gone, exists=False)
+                    if isinstance(e, NoNodeError) and self._offset_gone(e.path, todo, present, recreated):
                         continue
                     lost = self._owner_of_path(e.path, [*todo, *handing])
                     if lost is None:
@@ -286,12 +276,37 @@ class OffsetStore:
                     raise
                 ack = None  # deleted with the commit
                 written.update(todo)
-                todo, handing = {}, {}
-            if ack is not None:  # nothing (left) to commit: acknowledge alone
-                acknowledge(self.zk, ack)
+                todo, handing, present = {}, {}, {}
+            if ack is not None or alone is not None:  # nothing (left) to commit: acknowledge alone
+                acknowledge(self.zk, ack or alone or "")
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
         return written
+
+    def _offset_gone(
+        self,
+        path: str | None,
+        todo: dict[TopicPartition, int],
+        present: dict[TopicPartition, int],
+        recreated: set[TopicPartition],
+    ) -> bool:
+        """A commit's transaction found the offset znode at ``path`` gone: True if it is to be created (then try
+        again).  Lock held.  :raises ZkError: on I/O failure."""
+        vanished = self._offset_of_path(path, present)
+        if vanished is not None:
+            # A final commit's unchanged position whose offset znode is gone (deleted by hand, or with the group's
+            # subtree): written again, so the next owner does not fall back to the start policy.  One that exists is
+            # left alone: it may hold an operator's fix.
+            todo[vanished] = present.pop(vanished)
+            self._offset_exists(vanished, exists=False)
+            return True
+        gone = self._offset_of_path(path, todo)
+        if gone is not None and gone not in recreated:
+            # The offset znode (or its parents) was deleted under us: create it, parents first.
+            recreated.add(gone)
+            self._offset_exists(gone, exists=False)
+            return True
+        return False
 
     def _lose(
         self,
@@ -307,11 +322,18 @@ class OffsetStore:
         handing.pop(tp, None)
 
     def _commit_once(
-        self, todo: Mapping[TopicPartition, int], ack: str | None, handover: Mapping[TopicPartition, str]
+        self,
+        todo: Mapping[TopicPartition, int],
+        ack: str | None,
+        handover: Mapping[TopicPartition, str],
+        present: Mapping[TopicPartition, int] | None = None,
     ) -> None:
-        """One transaction: check every owner version (setting those handed over), write every offset, acknowledge
-        ``ack`` (deleted, and recorded in its channel).  Lock held."""
+        """One transaction: check every owner version (setting those handed over), write every offset, check that the
+        offset znode of each of ``present`` exists (any version), acknowledge ``ack`` (deleted, and recorded in its
+        channel).  Lock held."""
         txn = self.zk.transaction()
+        for tp in sorted(present or {}):
+            txn.check(paths.offset(self.group, tp.topic, tp.partition), -1)
         for tp in sorted({*todo, *handover}):
             owner, version = paths.owner(self.group, tp.topic, tp.partition), self._claims[tp].owner_version
             if tp in handover:
@@ -340,62 +362,6 @@ class OffsetStore:
         c = self._claims[tp]
         self._claims[tp] = dataclasses.replace(c, offset_exists=exists)
 
-    def take_repairs(self) -> list[Repair]:
-        """The owner znodes repaired since the last call (to journal them)."""
-        with self._lock:
-            out, self._repairs = self._repairs, []
-        return out
-
-    def _recheck(self, tp: TopicPartition) -> bool:
-        """A commit's check of ``tp``'s owner znode failed: look at it again.  True if the partition is still ours
-        -- it names our thread (at another version: rewritten by hand to the same value), or it was absent,
-        unreadable, or named another thread while the group's state still gives it to us (:meth:`_target_vouches`),
-        and has been repaired -- with the claim's version updated.  Only for a claim none of whose commits
-        had an unknown outcome: while we hold such a claim nobody else writes the owner znode (the coordinator waits
-        for our stop, and a hand-over is our own write), so a change we did not make was made by hand.  Lock held.
-        :raises ZkError: on I/O failure."""
-        claim, path = self._claims[tp], paths.owner(self.group, tp.topic, tp.partition)
-        now: Stat | None
-        try:
-            data, stat = self.zk.get(path)
-        except NoNodeError:
-            now = self._repair(tp, claim.thread, None, "vanished", claim.session)
-        else:
-            try:
-                holder = decode_owner(data, path)
-            except CodecError as e:
-                now = self._repair(tp, claim.thread, stat, f"unreadable ({e.reason})", claim.session)
-            else:
-                now = stat
-                if holder != claim.thread:
-                    vouched = self._target_vouches(tp, claim.thread, claim.session, stat)
-                    now = self._repair(tp, claim.thread, stat, f"named {holder}", claim.session) if vouched else None
-        if now is None:
-            return False
-        self._claims[tp] = dataclasses.replace(claim, owner_version=now.version, owner_czxid=now.czxid)
-        return True
-
-    def _target_vouches(self, tp: TopicPartition, thread: str, session: int, owner: Stat) -> bool:
-        """Whether the group's state still gives ``tp`` to ``thread``, with our registration, alive in ``session``, the
-        incarnation the state's rebalance counted, and the owner znode (``owner``) was written after the state's last
-        write.  Then nobody but a hand wrote another thread into it: the coordinator writes owner znodes only in
-        transactions that also write the state, as its target says, and an old owner hands a partition over only
-        as a target written before says.  Lock held.  :raises ZkError: on I/O failure."""
-        if self.member is None or session != self.zk.session_id:
-            return False
-        state_path = paths.group_state(self.group)
-        state, member = self.zk.get_many([state_path, self.member])
-        if state is None or member is None or member[1].ephemeralOwner != session:
-            return False
-        if owner.mzxid <= state[1].mzxid:
-            return False  # written with or before the state: the coordinator's (or a hand-over's) doing
-        try:
-            current = GroupState.decode(state[0], state_path)
-        except CodecError:
-            return False
-        ours = current.members.get(self.member.rpartition("/")[2])
-        return ours == member[1].czxid and current.target.get(tp.topic, {}).get(tp.partition) == thread
-
     def _recheck_other_znodes(
         self, todo: dict[TopicPartition, int], handing: dict[TopicPartition, str], fenced: list[TopicPartition]
     ) -> set[TopicPartition]:
@@ -415,35 +381,6 @@ class OffsetStore:
             if tp in self._uncertain or not self._recheck(tp):
                 self._lose(tp, todo, handing, fenced)
         return other
-
-    def _repair(self, tp: TopicPartition, thread: str, found: Stat | None, reason: str, session: int) -> Stat | None:
-        """Write ``thread`` into ``tp``'s owner znode, which was absent (``found`` None: created, parents first) or
-        unreadable (set, conditionally on ``found``'s version), provided our registration is alive in ``session``.
-        Returns the znode's new stat, or None if it could not be repaired (someone else wrote it meanwhile, or
-        we are not the registration that claimed it).  :raises ZkError: on other I/O failures."""
-        if session != self.zk.session_id or session == 0:
-            return None
-        if self.zk.role == "member":
-            # With ACLs only the coordinator identity writes owner znodes (docs/security.md): a repair would be
-            # refused, and a refusal stops the consumer.  The coordinator rewrites it at the next rebalance.
-            return None
-        if self.member is not None:
-            registered = self.zk.exists(self.member)
-            if registered is None or registered.ephemeralOwner != session:
-                return None
-        path = paths.owner(self.group, tp.topic, tp.partition)
-        try:
-            if found is None:
-                self.zk.ensure_path(paths.owners(self.group, tp.topic))
-                created = self.zk.create_stat(path, encode_owner(thread))
-                # Then set once: a claim at version 1 or more needs no read before its commits (see above).
-                stat = self.zk.set(path, encode_owner(thread), created.version)
-            else:
-                stat = self.zk.set(path, encode_owner(thread), found.version)
-        except (NodeExistsError, BadVersionError, NoNodeError):
-            return None
-        self._repairs.append(Repair(tp, thread, reason))
-        return stat
 
     def _offset_of_path(self, path: str | None, todo: Mapping[TopicPartition, int]) -> TopicPartition | None:
         for tp in todo:

@@ -91,9 +91,14 @@ class AppSide:
         """A parked stop: auto-commit first (Kafka's order), then the callback; then hand it back."""
         leftover: dict[TopicPartition, int] = {}
         if self.c.config.auto_commit and stop.positions and not stop.cancelled:
+            committed = self.c.offsets.committed()
+            changed = {tp: off for tp, off in stop.positions.items() if committed.get(tp) != off}
+            # The unchanged ones must still be there for the next owner, which starts from them: a check in the
+            # stop's own transaction (written again if gone) -- no request of their own (issue 16).
+            stop.verify = {tp: off for tp, off in stop.positions.items() if tp not in changed}
             try:
-                # final: written even if unchanged, should its offset znode be gone (the next owner starts there)
-                self.commits.commit(stop.positions, final=True)
+                if changed:
+                    self.commits.commit(changed, final=True)
             except OffsetCommitFencedError as e:
                 log.warning("consumer %s: %s", self.c.consumer_id, e)
             except ZkError as e:  # not landed: the stop's own transaction commits them

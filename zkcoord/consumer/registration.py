@@ -35,21 +35,26 @@ import threading
 from zkcoord.consumer.core import ConsumerCore
 from zkcoord.consumer.handler_state import HandlerState
 from zkcoord.consumer.handoff import Change
-from zkcoord.errors import BadVersionError, ConsumerIdInUseError, NoNodeError, ZkUnavailableError
+from zkcoord.errors import BadVersionError, ConsumerIdInUseError, NodeExistsError, NoNodeError, ZkUnavailableError
 from zkcoord.layout import paths
+from zkcoord.zk import Stat
 
 log = logging.getLogger(__name__)
 
 
-def check_registration(handler: HandlerState) -> None:
-    """Our registration's data watch fired, or a command came for a registration that is not our current one:
-    repair the registration if it is not what we wrote (see the module's docstring).
+def check_registration(handler: HandlerState, seen: tuple[bytes | None, Stat | None] | None = None) -> None:
+    """Our registration's data watch fired (``seen``: what its read found), or a command came for a registration
+    that is not our current one: repair the registration if it is not what we wrote (see the module's docstring).
+    What the watch's read found is not read again when it is our registration as we wrote it: the watch was armed
+    by that read, so any later change brings another call (issue 16: one request of every join).
 
     :raises ZkError: on I/O failure (the event is handled again shortly).
     """
     c = handler.c
     if handler.lost or c.registered_data is None or c.zk.session_id != c.registered_session:
         return  # a session loss is handled by registering again
+    if seen is not None and _intact(handler, *seen):
+        return
     path = paths.member(c.config.group, c.consumer_id)
     try:
         data, stat = c.zk.get(path)
@@ -65,6 +70,17 @@ def check_registration(handler: HandlerState) -> None:
         return
     c.zk.set(path, c.registered_data, stat.version)
     _journal(handler, f"overwritten ({len(data)} bytes): written back")
+
+
+def _intact(handler: HandlerState, data: bytes | None, stat: Stat | None) -> bool:
+    """Whether ``data`` and ``stat`` are our current registration, as we wrote it, in our session."""
+    c = handler.c
+    return (
+        stat is not None
+        and stat.czxid == c.incarnation
+        and stat.ephemeralOwner == c.zk.session_id
+        and data == c.registered_data
+    )
 
 
 def register_again(handler: HandlerState, why: str) -> None:
@@ -159,6 +175,16 @@ def delete_own(c: ConsumerCore, incarnation: int | None = None) -> bool:
     return True
 
 
+def create_channel(c: ConsumerCore) -> None:
+    """Create our command channel at ``start()`` (ours from before a restart is fine): one request, where ensuring
+    it is an ``exists``, its parent's, then the ``create`` (issue 16: two requests of every join).
+
+    :raises ZkError: on I/O failure.
+    """
+    with contextlib.suppress(NodeExistsError):
+        c.zk.create(paths.channel(c.config.group, c.consumer_id), makepath=True)
+
+
 def register_first(c: ConsumerCore) -> None:
     """Register at start.  A live registration at our id may be our own previous process's, killed before its session
     expired: wait that session out (up to the session timeout and a half), woken by a watch on the registration rather
@@ -186,7 +212,7 @@ def register_first(c: ConsumerCore) -> None:
 def watch_own(c: ConsumerCore) -> None:
     """Watch our own registration and channel node: the command thread repairs them if someone damages them
     (:func:`check_registration`, :func:`check_channel`).  The watches only enqueue."""
-    c.zk.watch_data(paths.member(c.config.group, c.consumer_id), lambda _d, _s: c.events.put(("registration", None)))
+    c.zk.watch_data(paths.member(c.config.group, c.consumer_id), lambda d, s: c.events.put(("registration", (d, s))))
     c.zk.watch_data(
         paths.channel(c.config.group, c.consumer_id),
         lambda _d, stat: c.events.put(("channel-node", None if stat is None else stat.czxid)),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 
+from zkcoord.consumer.acks import assignment_ack
 from zkcoord.consumer.handler_state import HandlerState, PendingStart, Rebalance
 from zkcoord.consumer.handoff import Change
 from zkcoord.consumer.inbox import reject
@@ -73,7 +74,14 @@ class Starter:
         awaited = {TopicPartition(t, p) for t, parts in (command.awaiting or {}).items() for p in parts}
         awaiting = {tp: thread for tp, thread in ownership.items() if tp in awaited} if incremental else {}
         now = {tp: thread for tp, thread in ownership.items() if tp not in awaiting}
-        claimed = len(self._claim_and_fetch(now, name, incremental=incremental, vouched=vouched).claims)
+        # A consumer-protocol start's carried owner versions are checked in the transaction that acknowledges it
+        # (zkcoord.consumer.carried): then it is acknowledged already when this returns.
+        carried = carried_versions(command) if incremental and not awaiting and c.bridge is None else {}
+        ack = path if carried and assignment_ack(path) is not None else None
+        result = self._claim_and_fetch(now, name, incremental=incremental, vouched=vouched, carried=carried, ack=ack)
+        if result.acked:
+            self.s.landed = name
+        claimed = len(result.claims)
         if incremental and not claimed and not awaiting:
             c.handoff.announce(Change.ASSIGNED, [])  # a start that gives nothing new: the rebalance is over for us
         if awaiting:
@@ -109,14 +117,22 @@ class Starter:
         incremental: bool = True,
         awaited: bool = False,
         vouched: dict[TopicPartition, str] | None = None,
+        carried: dict[TopicPartition, int] | None = None,
+        ack: str | None = None,
     ) -> Claims:
         """Claim ``ownership`` for start-fetcher ``name`` and start fetching what was claimed (beside what is
         fetched already, or instead of it when not ``incremental``).  ``awaited``: partitions handed over by their
-        previous owner (see :meth:`OffsetStore.claim`'s ``wait``); ``vouched``: see :meth:`start`."""
+        previous owner (see :meth:`OffsetStore.claim`'s ``wait``); ``vouched``: see :meth:`start`; ``carried`` and
+        ``ack``: the start's owner versions, checked with its acknowledgement (:meth:`OffsetStore.claim`)."""
         c = self.c
         repairable = {tp for tp, thread in (vouched or {}).items() if ownership.get(tp) == thread}
         result = c.offsets.claim(
-            ownership, add=incremental, wait=c.on_owner_changed if awaited else None, repairable=repairable
+            ownership,
+            add=incremental,
+            wait=c.on_owner_changed if awaited else None,
+            repairable=repairable,
+            carried=carried,
+            ack=ack,
         )
         self.s.commits.journal_repairs()
         for problem in result.problems:
@@ -245,3 +261,8 @@ class Starter:
             partitions=len(holders),
             holders=sorted({h for h in holders.values() if h}),
         )
+
+
+def carried_versions(command: Command) -> dict[TopicPartition, int]:
+    """The owner znode versions a consumer-protocol start carries (:mod:`zkcoord.consumer.carried`)."""
+    return {TopicPartition(t, p): v for t, parts in (command.versions or {}).items() for p, v in parts.items()}

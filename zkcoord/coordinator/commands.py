@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from zkcoord.coordinator.election import Fence
 from zkcoord.errors import (
@@ -84,13 +84,22 @@ class PhaseWriter:
         return [ops[i : i + size] for i in range(0, len(ops), size)] or [[]]
 
     def write(
-        self, group: str, state: GroupState, state_version: int, ops: list[Op], start: int = 0
+        self,
+        group: str,
+        state: GroupState,
+        state_version: int,
+        ops: list[Op],
+        start: int = 0,
+        *,
+        versions: dict[str, int] | None = None,
     ) -> tuple[int, list[tuple[str, int]]]:
         """Write batches ``start..`` of ``ops`` with ``state``; return the state znode's final version and the
         sequential znodes (the commands) created, in the order of ``ops``, then each batch's consumer-protocol
         assignments written (:func:`~zkcoord.layout.paths.assignment`): each as ``(path, zxid)``, the zxid of the
         transaction that created it (so its ``czxid``: a channel created after it is another channel than the one
-        it was written into, :mod:`~zkcoord.coordinator.acks`).
+        it was written into, :mod:`~zkcoord.coordinator.acks`).  ``versions``, if given, is filled with the version
+        each znode ``ops`` set or created was left at (and loses each one they deleted), from the transactions' own
+        results.
 
         ``state_version`` is the state znode's current version (-1: it does not exist yet).
 
@@ -126,6 +135,8 @@ class PhaseWriter:
                 created += [(str(r), zxid) for op, r in zip(batch, tail, strict=True) if op.kind == "create_seq"]
                 # A consumer-protocol assignment is rewritten in place: the zxid names the write.
                 created += [(op.path, zxid) for op in batch if op.kind != "delete" and _assignment(op.path)]
+                if versions is not None:
+                    _versions(versions, batch, tail)
             if isinstance(result, ZkError):
                 landed = start + offset
                 fenced = self._as_fenced(result)
@@ -181,6 +192,17 @@ class PhaseWriter:
         if self.fence.guards(error.path):
             return FencedError(f"coordinator epoch {self.fence.term.epoch} is fenced ({error})", error.path)
         return None
+
+
+def _versions(versions: dict[str, int], batch: list[Op], results: list[Any]) -> None:
+    """Record in ``versions`` what one landed transaction left each znode of ``batch`` at (its ``results``)."""
+    for op, result in zip(batch, results, strict=True):
+        if op.kind == "set":
+            versions[op.path] = result.version
+        elif op.kind == "create":
+            versions[op.path] = 0
+        elif op.kind == "delete":
+            versions.pop(op.path, None)
 
 
 def _assignment(path: str) -> bool:

@@ -80,6 +80,11 @@ class Command:
     ``incarnation`` is the ``czxid`` of the registration the command is meant for: a consumer that registered again
     since (a new session, under the same id) refuses it, so nothing planned for its previous session is applied in
     its new one.
+
+    ``versions`` on a consumer-protocol ``start-fetcher`` (issue 16): for partitions of ``ownership`` whose owner
+    znode the transaction that wrote this command also wrote, the version that transaction left it at.  The member
+    claims them by a check of that version in the transaction that acknowledges, instead of reading each owner
+    znode; a check that fails sends it back to reading them (``zkcoord.consumer.carried``).
     """
 
     option: CommandOption
@@ -93,6 +98,7 @@ class Command:
     incarnation: int | None = None
     handover: Ownership | None = None
     awaiting: Mapping[str, tuple[int, ...]] | None = None
+    versions: Mapping[str, Mapping[int, int]] | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -109,6 +115,10 @@ class Command:
                 obj["incremental"] = True
             if self.awaiting:
                 obj["awaiting"] = {t: sorted(ps) for t, ps in sorted(self.awaiting.items())}
+            if self.versions:
+                obj["versions"] = {
+                    t: {str(p): v for p, v in sorted(ps.items())} for t, ps in sorted(self.versions.items())
+                }
         elif self.revoke is not None:
             obj["revoke"] = {t: sorted(ps) for t, ps in sorted(self.revoke.items())}
             if self.handover:
@@ -137,10 +147,14 @@ class Command:
         incremental = obj.get("incremental", False)
         if not isinstance(incremental, bool):
             raise CodecError(what, "field 'incremental' must be a boolean", path)
+        versions = None
         if option is CommandOption.START_FETCHER:
             ownership, awaiting = _decode_start(obj, incremental, what, path)
+            versions = _decode_versions(obj["versions"], ownership, what, path) if "versions" in obj else None
             revoke, handover = None, None
         else:
+            if "versions" in obj:
+                raise CodecError(what, "'versions' belongs to start-fetcher only", path)
             revoke, handover = _decode_stop(obj, incremental, what, path)
             ownership, awaiting = {}, None
         return cls(
@@ -155,7 +169,29 @@ class Command:
             incarnation=nonneg_int(obj, "incarnation", what, path) if "incarnation" in obj else None,
             handover=handover,
             awaiting=awaiting,
+            versions=versions,
         )
+
+
+def _decode_versions(
+    raw: Any, ownership: Mapping[str, Mapping[int, str]], what: str, path: str | None
+) -> dict[str, dict[int, int]]:
+    """A start's owner znode versions: topic -> partition -> version, for partitions of its ownership only."""
+    if not isinstance(raw, dict):
+        raise CodecError(what, "'versions' must be an object topic -> {partition: version}", path)
+    out: dict[str, dict[int, int]] = {}
+    for topic_name, parts in raw.items():
+        if not isinstance(parts, dict):
+            raise CodecError(what, f"versions of topic {topic_name!r} must be an object", path)
+        decoded: dict[int, int] = {}
+        for p, version in parts.items():
+            if not isinstance(p, str) or not INT_TEXT.fullmatch(p) or int(p) not in ownership.get(topic_name, {}):
+                raise CodecError(what, f"versions name {topic_name}/{p}, which the start does not give", path)
+            if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version < 2**31:
+                raise CodecError(what, f"bad owner znode version for {topic_name}/{p}", path)
+            decoded[int(p)] = version
+        out[topic_name] = decoded
+    return out
 
 
 def _decode_start(

@@ -332,6 +332,7 @@ class Reconciler(Acknowledgements, MemberChanges):
         """Step every member that can move, and write it all (with ``ops``) in fenced transactions."""
         steps = round_steps(model)
         commands: list[tuple[MemberStep, Command]] = []
+        starts: list[tuple[MemberStep, Command, int]] = []
         for step in steps:
             ops += ops_.current_op(model, step.member, step.after)
             ops += ops_.grant_ops(model, step)
@@ -339,8 +340,11 @@ class Reconciler(Acknowledgements, MemberChanges):
                 command = ops_.command(model, step, self.epoch, self.wall_ms())
                 ops += ops_.assignment_ops(model, step.member, command)
                 commands.append((step, command))
+                if step.granted:
+                    starts.append((step, command, len(ops) - 1))
                 model.inflight[step.member] = InFlight(step.option, None, 0)  # written below
         ops += ops_.cleanup_ops(model)
+        ops_.carry_versions(model, ops, starts)
         stable = model.stable()
         phase = GroupPhase.STABLE if stable else GroupPhase.RECONCILING
         self.group_state[model.group] = "reconciling" if not stable else "stable" if model.members else "empty"
@@ -356,10 +360,18 @@ class Reconciler(Acknowledgements, MemberChanges):
             updated_ms=self.wall_ms(),
         )
         try:
-            model.state_version, created = self.writer.write(model.group, state, model.state_version, ops)
+            versions: dict[str, int] = {}
+            model.state_version, created = self.writer.write(
+                model.group, state, model.state_version, ops, versions=versions
+            )
         except PhaseWriteError as e:
             self._retry(model.group, str(e))
             return
+        for op in ops:  # owner znodes deleted are no longer known; those set or created are, from the results
+            if op.kind == "delete":
+                model.owner_versions.pop(op.path, None)
+        owners = paths.owners_root(model.group) + "/"
+        model.owner_versions.update({p: v for p, v in versions.items() if p.startswith(owners)})
         # Every owner znode change of the group is written with the state (grants, cleanups, fences, renames): at
         # this version of the state the registry is exactly the model's.
         self.registries[model.group] = KnownRegistry(

@@ -119,6 +119,9 @@ class GroupModel:
     uniform_cache: UniformCache | None = None
     #: the phase the group state was last written with (None: not by this model)
     phase: GroupPhase | None = None
+    #: owner znode path -> the version this model's last write left it at (absent: not known, as read back): a
+    #: start carries the version its own transaction leaves each granted partition's owner znode at
+    owner_versions: dict[str, int] = field(default_factory=dict)
 
     def stable(self) -> bool:
         """Every member reconciled to the assignment epoch, and nothing in flight (KIP-848's STABLE group)."""

@@ -6,6 +6,7 @@ Pure: they build :class:`~zkcoord.coordinator.commands.Op` lists (and note in th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from zkcoord.coordinator.commands import Op
@@ -101,6 +102,33 @@ def grant_ops(model: GroupModel, step: MemberStep) -> list[Op]:
             ops.append(Op("set", paths.owner(g, topic, p), data))
             held[p] = threads[topic][p]
     return ops
+
+
+def carry_versions(model: GroupModel, ops: list[Op], starts: list[tuple[MemberStep, Command, int]]) -> None:
+    """Give each start of ``starts`` (its step, its command, and the index in ``ops`` of the write of its assignment
+    znode) the version the transaction of ``ops`` leaves the owner znode of each partition it grants at, where that is
+    known: created in it (then set: 1), or set from a version the model knows (its last write's result, plus one per
+    set).  The member claims those partitions by checking that version instead of reading each owner znode
+    (``zkcoord.consumer.carried``); a version mispredicted (an owner znode rewritten by hand since) fails the check
+    and sends it back to reading.  Rewrites the assignment ops in place."""
+    after: dict[str, int | None] = {}
+    for op in ops:
+        if op.kind == "create":
+            after[op.path] = 0
+        elif op.kind == "set":
+            base = after[op.path] if op.path in after else model.owner_versions.get(op.path)
+            after[op.path] = None if base is None else base + 1
+        elif op.kind == "delete":
+            after[op.path] = None
+    for step, start, at in starts:
+        versions: dict[str, dict[int, int]] = {}
+        for topic, parts in sorted(step.granted.items()):
+            for p in sorted(parts):
+                version = after.get(paths.owner(model.group, topic, p))
+                if version is not None:
+                    versions.setdefault(topic, {})[p] = version
+        if versions:
+            ops[at] = Op(ops[at].kind, ops[at].path, dataclasses.replace(start, versions=versions).encode())
 
 
 def cleanup_ops(model: GroupModel) -> list[Op]:
