@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,7 @@ from tests.integration.test_coordinator import Cluster
 from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord.consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
+from zkcoord.consumer.fetcher import FetchManager
 from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
@@ -178,3 +181,38 @@ def test_a_command_for_an_earlier_registration_is_refused_after_a_session_loss(
         )
         write_command(zk, "g", consumer.consumer_id, for_new)  # as the coordinator would: with the group's state
         wait_until(lambda: consumer.assignment() == {}, 10, "stopped")
+
+
+def test_a_seek_inside_on_partitions_assigned_moves_the_partitions_it_names(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's seek-on-assign pattern: the partitions start where ``on_partitions_assigned`` sought them, never at
+    their committed offsets.  A start is announced before the fetcher holds its partitions; here the fetcher call is
+    held (up to 3 s) until the callback has sought, which is the interleaving a loaded machine produced: a callback
+    that ran before the fetcher held the partitions had its seek ignored (a region member skipped records so)."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data = tmp_path / "data"
+    produce(data, "t", 1, 50)
+    cluster.admin_zk.create(paths.offset("g", "t", 0), b"40", makepath=True)  # committed: 40
+    sought = threading.Event()
+    moved: list[dict[TopicPartition, int]] = []
+    consumers: list[Consumer] = []
+
+    def on_assigned(partitions: list[TopicPartition]) -> None:
+        if partitions:
+            moved.append(consumers[0].fetcher.seek(dict.fromkeys(partitions, 10), "test-seek"))
+            sought.set()
+
+    add = FetchManager._add
+
+    def held_add(self: FetchManager, positions: Any, *, extend: bool) -> None:
+        sought.wait(3)  # the callback first, if it can run before the partitions are in the fetcher
+        add(self, positions, extend=extend)
+
+    monkeypatch.setattr(FetchManager, "_add", held_add)
+    with ExitStack() as stack:
+        consumers.append(make(cluster, data, stack, on_assigned=on_assigned, auto_commit=False))
+        got = drain(consumers[0], 40)
+    assert moved == [{TopicPartition("t", 0): 40}]  # the seek found the partition, fetching from its committed 40
+    assert [o for _p, o in got] == list(range(10, 50))

@@ -67,8 +67,13 @@ class Change(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Announcement:
+    """``applied`` (an assignment's): set by the command thread once the fetcher holds the partitions; the callback
+    waits for it, so that a ``seek()`` inside ``on_partitions_assigned`` finds them assigned (announced first, fetched
+    second: see :meth:`zkcoord.consumer.starting.Starter._claim_and_fetch`)."""
+
     change: Change
     partitions: list[TopicPartition]
+    applied: threading.Event | None = None
 
 
 Due = ParkedStop | Announcement
@@ -99,8 +104,10 @@ class Handoff:
     def park(self, stop: ParkedStop) -> None:
         self._put(stop)
 
-    def announce(self, change: Change, partitions: list[TopicPartition]) -> None:
-        self._put(Announcement(change, sorted(partitions)))
+    def announce(
+        self, change: Change, partitions: list[TopicPartition], applied: threading.Event | None = None
+    ) -> None:
+        self._put(Announcement(change, sorted(partitions), applied))
 
     def _put(self, item: Due) -> None:
         with self._lock:

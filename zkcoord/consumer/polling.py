@@ -124,6 +124,10 @@ class AppSide:
             self.lost.update(item.partitions)
         if chosen is None or (not item.partitions and item.change is not Change.ASSIGNED):
             return None
+        if item.applied is not None:
+            # The command thread sets it right after its fetcher call (in a finally), which never waits on this
+            # thread: the wait is short and bounded by that call.
+            item.applied.wait()
         return self._call(chosen, list(item.partitions))
 
     def _call(self, callback: PartitionsCallback, partitions: list[TopicPartition]) -> BaseException | None:

@@ -19,6 +19,7 @@ Everything here runs on the command thread (:mod:`zkcoord.consumer.commands`), o
 from __future__ import annotations
 
 import logging
+import threading
 
 from zkcoord.consumer.acks import assignment_ack
 from zkcoord.consumer.handler_state import HandlerState, PendingStart, Rebalance
@@ -143,14 +144,21 @@ class Starter:
                 fetching
             )  # the rest waits for their zk-client owners (zkcoord.consumer.migration)
             self._journal_waiting()
+        positions = self._positions(fetching)  # read before the announcement: its callback waits for the fetcher
+        applied = threading.Event()
         if result.claims or not incremental:
-            # Announced before anything is fetched; poll() runs it before it returns a record of these partitions.
-            # An eager start announces even nothing ("joined, nothing for me"), as Kafka does.
-            c.handoff.announce(Change.ASSIGNED, sorted(result.claims))
-        if incremental:
-            c.fetcher.extend(self._positions(fetching))
-        else:
-            c.fetcher.assign(self._positions(fetching))
+            # Announced before anything is fetched: poll() runs it before it returns a record of these partitions.
+            # Its callback waits for ``applied``: a seek() inside it must find the partitions in the fetcher, or it
+            # would be lost and they would start at their committed offsets (a region member's merged offsets were
+            # skipped that way, under load).  An eager start announces even nothing ("joined, nothing for me").
+            c.handoff.announce(Change.ASSIGNED, sorted(result.claims), applied)
+        try:
+            if incremental:
+                c.fetcher.extend(positions)
+            else:
+                c.fetcher.assign(positions)
+        finally:
+            applied.set()
         return result
 
     def claim_awaited(self, owner: str | None = None) -> bool:
