@@ -4,10 +4,13 @@ rule, the config's bounds, the demo app's arithmetic."""
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 from pathlib import Path
 
 import pytest
 
+from zkcoord.consumer import ConsumerRecord, TopicPartition
 from zkcoord.errors import CodecError, ConfigurationError
 from zkcoord.layout.region import (
     Ack,
@@ -20,6 +23,7 @@ from zkcoord.layout.region import (
 )
 from zkcoord.region.app import AggregateApp, value_of
 from zkcoord.region.config import RegionConfig
+from zkcoord.region.gate import Gate
 from zkcoord.region.states import ClientState, IllegalTransitionError, check
 from zkcoord.region.store import CheckpointMissingError, LocalStore
 
@@ -148,3 +152,36 @@ def test_the_aggregate_counts_and_sums_per_key() -> None:
     assert app.snapshot() == {}
     app.restore({"a": [2, 2]})
     assert app.snapshot() == {"a": [2, 2]}
+
+
+def test_the_process_thread_refuses_a_record_past_its_partitions_position() -> None:
+    """The log's offsets are dense: a record past the position would skip records the position claims processed.
+    It is never handed to the application; the region is asked to reset, and the queue is dropped."""
+    tp = TopicPartition("t", 0)
+    gate = Gate()
+    gate.positions[tp] = 5
+    messages: queue.Queue[tuple[int, ConsumerRecord]] = queue.Queue()
+    for offset in (5, 7, 8):
+        messages.put((0, ConsumerRecord("t", 0, offset, 0, b"k", b"1")))
+    processed: list[int] = []
+    failures: list[str] = []
+    stopping = threading.Event()
+
+    class App:
+        def process(self, record: ConsumerRecord) -> None:
+            processed.append(record.offset)
+
+        def restore(self, state: object) -> None:
+            raise AssertionError("not called by the process thread")
+
+    def failed(reason: str) -> None:
+        failures.append(reason)
+        stopping.set()
+
+    thread = threading.Thread(target=gate.process_loop, args=(messages, App(), stopping, failed, "m"))
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert processed == [5] and gate.positions[tp] == 6
+    assert failures == ["a gap in t-0: record 7 at position 6"]
+    assert messages.empty() and gate.epoch == 1  # offset 8 dropped with the queue

@@ -94,7 +94,16 @@ class Gate:
                 position = self.positions.get(tp)
                 if epoch != self.epoch or position is None or record.offset < position:
                     continue  # of an older epoch, a partition no longer ours, or processed already
-                self.busy = True
+                gap = record.offset > position
+                if not gap:
+                    self.busy = True
+            if gap:
+                # The log's offsets are dense: a record past the position means the records in between were never
+                # handed to the application, while the position would claim them: the state is in doubt.
+                self.invalidate(messages)
+                log.warning("region %s: %s@%d arrived at position %d", name, tp, record.offset, position)
+                on_failure(f"a gap in {tp}: record {record.offset} at position {position}")
+                continue
             try:
                 app.process(record)
             except Exception as e:  # noqa: BLE001 -- the application's code: its state is in doubt, the region resets

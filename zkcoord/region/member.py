@@ -365,8 +365,9 @@ class ConsistentRegion:
                 raise RegionError(f"reset to checkpoint {seq} failed: {e}") from e
             merged = {TopicPartition(t, p): off for (t, p), off in found.offsets.items()}
         self._merged = merged
-        targets = {tp: self._target(tp) for tp in self.consumer.fetcher.assignment()}
-        self.consumer.fetcher.seek(targets, "region-reset")
+        wanted = {tp: self._target(tp) for tp in self.consumer.fetcher.assignment()}
+        # Only what the seek moved: a partition stopped meanwhile is sought when it is assigned again.
+        targets = {tp: wanted[tp] for tp in self.consumer.fetcher.seek(wanted, "region-reset")}
         with self.gate.lock:
             self.gate.positions = dict(targets)
         try:
@@ -473,11 +474,15 @@ class ConsistentRegion:
         except ZkCoordError as e:
             self._to_pending(f"assigned partitions not sought: {e}")
             return
-        self.consumer.fetcher.seek(targets, "region-assign")
+        moved = self.consumer.fetcher.seek(targets, "region-assign")
         with self.gate.lock:
-            self.gate.positions.update(targets)
+            self.gate.positions.update({tp: targets[tp] for tp in moved})
         if self.consumer.fetcher.stats().records_delivered > self._delivered_before:
             self._sought_now |= set(targets)
+        if missed := sorted(str(tp) for tp in set(targets) - set(moved)):
+            # Not in the fetcher (stopped again already): where it starts is not the region's; never processed
+            # without a position, and the region resets to be sure.
+            self._to_pending(f"assigned partitions not sought: {', '.join(missed)}")
 
     def _count_assignment(self) -> None:
         assigned = self.consumer.fetcher.assignment()
