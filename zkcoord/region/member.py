@@ -480,9 +480,9 @@ class ConsistentRegion:
         if self.consumer.fetcher.stats().records_delivered > self._delivered_before:
             self._sought_now |= set(targets)
         if missed := sorted(str(tp) for tp in set(targets) - set(moved)):
-            # Not in the fetcher (stopped again already): where it starts is not the region's; never processed
-            # without a position, and the region resets to be sure.
-            self._to_pending(f"assigned partitions not sought: {', '.join(missed)}")
+            # Stopped again before this callback ran (the consumer runs it only once the fetcher held them): no
+            # position, so nothing of theirs is processed; their next start is announced and sought again.
+            log.info("region %s: assigned partitions stopped before the seek: %s", self.config.member, missed)
 
     def _count_assignment(self) -> None:
         assigned = self.consumer.fetcher.assignment()
