@@ -14,6 +14,7 @@ from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
 from tests.integration.test_coordinator import Cluster
 from tests.integration.test_region import Member, _closing, produce, state_of
+from tests.zkutil import expire_session
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
@@ -120,3 +121,28 @@ def test_a_malformed_completed_record_stops_the_driver_in_one_line(cluster: Clus
     with pytest.raises(CodecError) as info:
         RegionDriver(cluster.admin_zk, "g", "r1", ["m1"]).take_over()
     assert "\n" not in str(info.value) and paths.region_completed("g") in str(info.value)
+
+
+def test_a_member_whose_name_cannot_be_taken_again_stays_pending_and_tries_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The region's session expires (its name under members/ goes with it) and members/ refuses the new session's
+    write: the member processes nothing meanwhile (CR_RESET_PENDING at once), says so (region.request_failed), and
+    takes its name again once ZooKeeper lets it."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 1)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
+        m1.region.reset_to_initial()
+        members = paths.region_members("g")
+        cluster.admin_zk.kazoo.set_acls(members, [make_acl("world", "anyone", read=True, admin=True)])
+        expire_session(m1.region.zk.kazoo)
+        failed = lambda: cluster.events("region.request_failed", member="m1")  # noqa: E731
+        wait_until(lambda: bool(failed()), 20, "the refused rejoin journalled")
+        assert failed()[0].fields["reason"] == "taking the member's name again"
+        assert state_of(m1) is ClientState.CR_RESET_PENDING
+        assert "m1" not in cluster.admin_zk.get_children(members)
+        cluster.admin_zk.kazoo.set_acls(members, OPEN_ACL_UNSAFE)
+        wait_until(lambda: "m1" in cluster.admin_zk.get_children(members), 20, "the name taken on a later try")
+        assert state_of(m1) is ClientState.CR_RESET_PENDING  # and a reset asked for: the others may have gone on
+        wait_until(lambda: "m1" in SharedData(cluster.admin_zk, "g", "r1", "driver").requests(), 20, "the request")

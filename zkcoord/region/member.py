@@ -42,7 +42,7 @@ from zkcoord.region.config import QUEUE_FACTOR, RegionConfig
 from zkcoord.region.errors import CheckpointRefusedError, RegionError
 from zkcoord.region.gate import Application, Gate, Reply
 from zkcoord.region.metrics import RegionStats
-from zkcoord.region.positions import start_offset
+from zkcoord.region.rebalance import RebalanceSide
 from zkcoord.region.shared import RegionMismatchError, SharedData
 from zkcoord.region.states import ClientState
 from zkcoord.region.store import LocalStore
@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 REQUEST_RETRY_S = 1.0
 
 
-class ConsistentRegion:
+class ConsistentRegion(RebalanceSide):
     """See the module docstring.  Not reusable after :meth:`close`."""
 
     def __init__(
@@ -106,6 +106,7 @@ class ConsistentRegion:
         self.failure: str | None = None  # why the member cannot go on (on_fatal was called)
         self._owed: ResetRequest | None = None  # a reset request not written yet (ZooKeeper failed): tried again
         self._next_request_try = 0.0
+        self._rejoin_at: float | None = None  # a failed rejoin (a new session's name) is tried again then
         self._state = ClientState.SUBSCRIBED
         self._fetched = False  # records were handed out since the subscription or the last reset
         self._merged: dict[TopicPartition, int] | None = None  # the last reset's merged offsets (None: initial)
@@ -247,6 +248,8 @@ class ConsistentRegion:
     def _event_step(self, handlers: dict[str, Callable[[Any], Any]]) -> None:
         if self._owed is not None and self.clock() >= self._next_request_try:
             self._send_request()
+        if self._rejoin_at is not None and self.clock() >= self._rejoin_at:
+            self._rejoin(None)
         try:
             kind, arg, reply = self.events.get(timeout=0 if self._may_poll() else self.config.poll_timeout_s)
         except queue.Empty:
@@ -365,7 +368,11 @@ class ConsistentRegion:
                 raise RegionError(f"reset to checkpoint {seq} failed: {e}") from e
             merged = {TopicPartition(t, p): off for (t, p), off in found.offsets.items()}
         self._merged = merged
-        wanted = {tp: self._target(tp) for tp in self.consumer.fetcher.assignment()}
+        try:
+            wanted = {tp: self._target(tp) for tp in self.consumer.fetcher.assignment()}
+        except ZkCoordError as e:  # a control variable unreadable: still pending, and polling must go on (callbacks)
+            self.gate.release()
+            raise RegionError(f"reset: a partition's start not known: {e}") from e
         # Only what the seek moved: a partition stopped meanwhile is sought when it is assigned again.
         targets = {tp: wanted[tp] for tp in self.consumer.fetcher.seek(wanted, "region-reset")}
         with self.gate.lock:
@@ -399,9 +406,17 @@ class ConsistentRegion:
             self.events.put(("rejoin", None, Reply()))
 
     def _rejoin(self, _arg: object) -> None:
-        self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
-        self._emit("region.joined", members=self.members)
+        """Pending first (nothing is processed while the name is not ours), then the name; a failed join is tried
+        again every ``REQUEST_RETRY_S`` (``region.request_failed``)."""
         self._to_pending("the region's session expired", request=False)
+        try:
+            self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
+        except ZkCoordError as e:
+            self._emit("region.request_failed", reason="taking the member's name again", error=str(e)[:200])
+            self._rejoin_at = self.clock() + REQUEST_RETRY_S
+            return
+        self._rejoin_at = None
+        self._emit("region.joined", members=self.members)
         self._owed = ResetRequest(self.last_order, "the region's session expired")
         self._send_request()
 
@@ -440,53 +455,6 @@ class ConsistentRegion:
     def _set_state(self, new: ClientState) -> None:
         self._state = states.check(self._state, new)
         self.stats.state = new
-
-    def _target(self, tp: TopicPartition) -> int:
-        """Where an assigned partition is sought: the last reset's merged offset, else its control variable (created
-        from the start position when absent)."""
-        if self._merged is not None and tp in self._merged:
-            return self._merged[tp]
-        key = (tp.topic, tp.partition)
-        return self.shared.initial_or_create(
-            key, lambda: start_offset(self.config, self.consumer.config.data_dir, self.zk, self.group, key)
-        )
-
-    # --- the rebalance callbacks (event thread, inside poll) -----------------------------------------------------
-
-    def _on_revoked(self, partitions: list[TopicPartition]) -> None:
-        with self.gate.lock:
-            for tp in partitions:
-                self.gate.positions.pop(tp, None)
-        self._count_assignment()
-        if not partitions or self._state is ClientState.CR_RESET_PENDING:
-            return
-        if not self._fetched:  # right after the subscription or a reset: nothing of theirs was processed
-            log.info("region %s: revocation of %d partitions ignored", self.config.member, len(partitions))
-            return
-        self._to_pending(f"{len(partitions)} partitions revoked after fetching")
-
-    def _on_assigned(self, partitions: list[TopicPartition]) -> None:
-        self._count_assignment()
-        if not partitions or self._state is ClientState.CR_RESET_PENDING:
-            return  # sought by the reset
-        try:
-            targets = {tp: self._target(tp) for tp in partitions}
-        except ZkCoordError as e:
-            self._to_pending(f"assigned partitions not sought: {e}")
-            return
-        moved = self.consumer.fetcher.seek(targets, "region-assign")
-        with self.gate.lock:
-            self.gate.positions.update({tp: targets[tp] for tp in moved})
-        if self.consumer.fetcher.stats().records_delivered > self._delivered_before:
-            self._sought_now |= set(targets)
-        if missed := sorted(str(tp) for tp in set(targets) - set(moved)):
-            # Stopped again before this callback ran (the consumer runs it only once the fetcher held them): no
-            # position, so nothing of theirs is processed; their next start is announced and sought again.
-            log.info("region %s: assigned partitions stopped before the seek: %s", self.config.member, missed)
-
-    def _count_assignment(self) -> None:
-        assigned = self.consumer.fetcher.assignment()
-        self.stats.assigned(len(assigned), len({tp.topic for tp in assigned}))
 
     # --- the process thread ---------------------------------------------------------------------------------------
 
