@@ -360,3 +360,33 @@ def test_a_step_that_crashes_ends_the_term_and_a_new_one_rebalances(cluster: Clu
     assert any(e.fields["reason"] == "crashed in pump: KeyError" for e in cluster.events("coordinator.resigned"))
     epochs = [e.fields["epoch"] for e in cluster.events("coordinator.elected", broker=1)]
     assert len(epochs) == 2 and epochs[1] > epochs[0]
+
+
+def test_a_crashed_term_hands_the_seat_to_a_standby_during_its_backoff(cluster: Cluster) -> None:
+    """A broker whose steps keep crashing waits out a backoff (here at its 30 s maximum, as after repeated crashes)
+    before it tries the election again; the seat is handed back at the crash, so the standby coordinates meanwhile
+    and the group is rebalanced by it, not after the backoff."""
+    cluster.broker(1)
+    wait_until(lambda: cluster.acting() == [1], 10, "broker 1 coordinates")
+    cluster.broker(2)
+    TopicAdmin(cluster.admin_zk).create("t", 4)
+    first = cluster.consumer("g", {"t": 1})
+    cluster.wait_stable("g", 1)
+    coordinator = cluster.coordinator(1)
+    coordinator._crashes, coordinator._last_crash = 7, coordinator.clock()  # the next crash waits 30 s
+    pump = coordinator._pump
+
+    def broken() -> None:
+        if coordinator.role is Role.COORDINATOR:
+            raise KeyError("a bug")
+        pump()
+
+    broken.__name__ = "_pump"
+    coordinator._pump = broken  # type: ignore[method-assign]
+    second = cluster.consumer("g", {"t": 1})
+    wait_until(lambda: cluster.acting() == [2], 10, "broker 2 coordinating during broker 1's backoff")
+    cluster.wait_stable("g", 2)
+    assert all_owned({"t": 4})([first, second])
+    (crash,) = cluster.events("coordinator.crashed", broker=1)
+    assert crash.fields["retry_in_s"] == 30.0
+    assert len(cluster.events("coordinator.elected", broker=1)) == 1  # not elected back meanwhile

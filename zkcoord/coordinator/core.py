@@ -221,7 +221,8 @@ class Coordinator:
         would ever be rebalanced again and no standby could take over (the liveness rule of PRODUCT.md).  The term's
         memory may be half-updated, so it is not trusted: the term ends (``coordinator.resigned``) and a new one,
         rebuilt from ZooKeeper like any successor's, is tried after a backoff that doubles while crashes repeat, so a
-        bug that recurs on the same data costs a journal line per attempt, not a busy loop.  Safety does not depend
+        bug that recurs on the same data costs a journal line per attempt, not a busy loop.  The seat is handed back
+        at once (its znode deleted), so a standby broker takes over during the backoff.  Safety does not depend
         on this: every write of the ended term is fenced by its epoch.  Worker thread."""
         now = self.clock()
         if now - self._last_crash > self.CRASH_FORGET_S:
@@ -239,6 +240,9 @@ class Coordinator:
             retry_in_s=delay,
         )
         self.terms.resign(f"crashed in {step}: {type(error).__name__}")
+        self.terms.elect_not_before = now + delay  # the seat's watch must not elect us back before the backoff
+        if self.seat is not None:  # the seat too: a standby takes over now, not after our backoff (up to 30 s)
+            self.seat.hand_back()
         self.schedule(delay, self.terms.elect)
 
     def _redeliver(self, event: Event | None) -> Callable[[], None]:

@@ -173,6 +173,13 @@ class Seat:
             return Verdict.NOTHING
         return Verdict.ELECT
 
+    def hand_back(self) -> None:
+        """Delete our own coordinator znode now that we hold no term (the first rule above), so that a standby's
+        watch elects it at once rather than after our retry.  A ZooKeeper failure is left to our next election
+        attempt, which applies the same rule.  Call only after the term ended."""
+        with contextlib.suppress(ZkError):
+            self._clear_left_over()
+
     def _clear_left_over(self) -> bool:
         """Read the coordinator znode as a broker holding no term and delete it if it is left over.  True if the
         election may be tried now (the node is gone, or changed meanwhile).

@@ -76,6 +76,9 @@ class TermKeeper:
     def __init__(self, host: TermHost, watchers: Watchers) -> None:
         self._host = host
         self._watchers = watchers
+        #: no election of ours before this (host clock): the backoff after a crashed term, during which a standby may
+        #: take the seat we handed back
+        self.elect_not_before = 0.0
 
     def on_state(self, state: ConnState) -> None:
         """A connection state change: suspend, resign on a lost or new session (fenced), or elect when back."""
@@ -116,6 +119,8 @@ class TermKeeper:
         host = self._host
         if host.role is not Role.FOLLOWER or host.suspended or host.seat is None:
             return
+        if host.clock() < self.elect_not_before:
+            return  # the crash supervisor's timer elects then
         seat = host.seat
         term, retry_s = seat.attempt(host.wall_ms())
         if retry_s is not None:
