@@ -233,3 +233,54 @@ def test_a_member_outside_the_drivers_members_is_driven(cluster: Cluster, tmp_pa
         wait_until(lambda: summed(members) == want and bool(driver.completed), 40, "every record counted once")
         assert merged_members(driver, driver.completed[-1]) == ["m1", "m2"]
         assert {e.fields["member"] for e in cluster.events("region.reset")} == {"m1", "m2"}
+
+
+def _orders(cluster: Cluster, op: str) -> list[dict[str, object]]:
+    return [e.fields for e in cluster.events("region.order") if e.fields["op"] == op]
+
+
+def test_no_checkpoint_is_ordered_without_a_member_of_the_last_complete_one(cluster: Cluster, tmp_path: Path) -> None:
+    """m2 (not named in the driver's members) holds state counted in a complete checkpoint.  Once it is gone the
+    driver resets m1 to that checkpoint (m1 takes m2's partitions from its offsets) but orders no checkpoint until m2
+    is back: one without it would complete with m2's counts below those offsets in no member's state."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(2):
+        produce(data, "t", p, 0, 30)
+    want = expected(data, "t", 2)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        m2 = Member(cluster, data, store, "m2").start()
+        driver = start_driver(cluster, stack, ["m1"])
+        wait_until(lambda: summed([m1, m2]) == want and bool(driver.completed), 40, "a checkpoint with both")
+        assert merged_members(driver, driver.completed[-1]) == ["m1", "m2"]
+        m2.close()
+        wait_until(lambda: any(o["members"] == ["m1"] for o in _orders(cluster, "reset")), 30, "m1 reset alone")
+        ordered = len(_orders(cluster, "checkpoint"))
+        with pytest.raises(ProcessError):  # six of the driver's intervals
+            wait_until(lambda: len(_orders(cluster, "checkpoint")) > ordered, 3.0, "a checkpoint without m2")
+        back = stack.enter_context(_closing(Member(cluster, data, store, "m2").start()))
+        done = len(driver.completed)
+        wait_until(lambda: len(driver.completed) > done and summed([m1, back]) == want, 40, "a checkpoint with m2")
+
+
+def test_a_member_new_since_the_checkpoint_starts_empty_at_a_reset_to_it(cluster: Cluster, tmp_path: Path) -> None:
+    """A reset to a checkpoint a member had no part in (a new name) gives it the initial state, not a failed reset:
+    its state is not counted in the checkpoint and the checkpoint is not in its store.  Before, its reset failed at
+    every try and the region reset forever."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    data, store = tmp_path / "data", tmp_path / "store"
+    for p in range(2):
+        produce(data, "t", p, 0, 30)
+    want = expected(data, "t", 2)
+    with ExitStack() as stack:
+        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        driver = start_driver(cluster, stack, ["m1"])
+        wait_until(lambda: summed([m1]) == want and bool(driver.completed), 40, "a checkpoint of m1's")
+        first = driver.completed[-1]
+        m3 = stack.enter_context(_closing(Member(cluster, data, store, "m3").start()))
+        wait_until(lambda: bool(cluster.events("region.reset", member="m3", checkpoint=first)), 30, "m3 reset")
+        wait_until(lambda: driver.completed[-1] > first and summed([m1, m3]) == want, 40, "a checkpoint with m3")
+        assert merged_members(driver, driver.completed[-1]) == ["m1", "m3"]

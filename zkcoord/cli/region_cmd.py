@@ -23,6 +23,7 @@ from zkcoord.cli.common import (
 from zkcoord.consumer import ConsumerConfig, Subscription
 from zkcoord.consumer.metrics import ConsumerCollector
 from zkcoord.errors import ConfigurationError, ZkCoordError
+from zkcoord.layout.region import validate_member
 from zkcoord.region.app import AggregateApp, RegionlessApp
 from zkcoord.region.config import START_POSITIONS, RegionConfig, StartPosition
 from zkcoord.region.driver import RegionDriver
@@ -179,7 +180,7 @@ def driver(
     --members are present (a member present but not named is driven too), and a reset to the last complete
     checkpoint (recorded in region/completed) when a member asks for one (a revocation after fetching, a restart) or
     the membership changes.  Stops on SIGTERM or SIGINT."""
-    names = [n.strip() for n in members.split(",") if n.strip()]
+    names = [validate_member(n.strip()) for n in members.split(",") if n.strip()]
     if not names:
         raise ConfigurationError("--members needs at least one name")
     stop = threading.Event()

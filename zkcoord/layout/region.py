@@ -30,7 +30,7 @@ def validate_region(region: str) -> str:
 
 def validate_member(name: str) -> str:
     """A member name (the seed's operator name) follows the topic-name rules; it is a znode name."""
-    return validate_name("member name", name)
+    return validate_name("member", name)
 
 
 def offsets_to_json(offsets: Offsets) -> dict[str, int]:
@@ -237,6 +237,8 @@ class Merge:
     offsets: dict[tuple[str, int], int]
     conflicts: tuple[tuple[str, int], ...] = ()
     uncovered: tuple[tuple[str, int], ...] = ()
+    #: the members whose contributions for ``seq`` were read (a member not among them has no state in the checkpoint)
+    contributors: tuple[str, ...] = ()
 
     def why_not(self) -> str:
         """Why the merge is not complete (empty when it is)."""
@@ -274,4 +276,7 @@ def merge(seq: int, contributions: list[Contribution], required: Collection[tupl
             else:
                 offsets[tp] = off
     uncovered = tuple(sorted(set(required) - set(offsets)))
-    return Merge(seq, complete and not conflicts and not uncovered, offsets, tuple(sorted(set(conflicts))), uncovered)
+    return Merge(
+        seq, complete and not conflicts and not uncovered, offsets, tuple(sorted(set(conflicts))), uncovered,
+        tuple(sorted(names)),
+    )  # fmt: skip

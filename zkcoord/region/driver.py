@@ -12,7 +12,8 @@ that checks ``control``'s: fenced as the orders are) before anything else: a dri
 checkpoint recorded there, never to one it infers from the merges.  Only a complete checkpoint is ever reset to
 (``region.completed``); the one before it is retired (a member's retire removes its local copies up to it), and a
 checkpoint that did not complete has its merge removed at once (``region.incomplete``).  A checkpoint is
-ordered only while every expected member is present and no reset is pending.
+ordered only while every expected member and every member of the last complete checkpoint is present and no reset is
+pending.
 
 Thread: the caller's (:meth:`run` until ``stop`` is set); watches only set an event.
 """
@@ -67,6 +68,10 @@ class RegionDriver:
         self.last_reset: int | None = None  # id of the last reset every member it named carried out
         self.seen: dict[str, str] = {}  # member -> consumer id, at the last reset
         self.completed: list[int] = []
+        #: the members of the last complete checkpoint: each holds state counted in it, so no checkpoint is ordered
+        #: without every one of them (a reset without one hands its partitions to the others from that checkpoint's
+        #: offsets, and its counts below them are in no one else's state)
+        self.last_members: tuple[str, ...] = ()
         self._wake = threading.Event()
         self._next_checkpoint = 0.0
 
@@ -88,6 +93,7 @@ class RegionDriver:
         self.shared.ensure_completed(self.epoch)
         done, self.completed_version = self.shared.completed()
         self.last_complete = None if done is None else done.seq
+        self.last_members = () if done is None or done.seq is None else done.members
         seqs = self.shared.merge_seqs()
         if seqs:
             self.next_seq = max(self.next_seq, seqs[-1] + 1)
@@ -123,7 +129,7 @@ class RegionDriver:
                 self.last_reset, self.seen = order.id, {m: live[m] for m in present}
             self._next_checkpoint = self.clock() + self.interval_s
             return "reset"
-        if any(m not in live for m in self.expected) or self.clock() < self._next_checkpoint:
+        if any(m not in live for m in {*self.expected, *self.last_members}) or self.clock() < self._next_checkpoint:
             return None
         seq = self.next_seq
         self.next_seq += 1
@@ -135,7 +141,7 @@ class RegionDriver:
         if ok and not late and merged.complete and set(merged_members(self, seq)) == set(present):
             self.record_completed(seq, present)
             self.journal.emit("region.completed", group=self.group, region=self.region, checkpoint=seq, members=present)
-            previous, self.last_complete = self.last_complete, seq
+            previous, self.last_complete, self.last_members = self.last_complete, seq, tuple(present)
             self.completed.append(seq)
             if previous is not None:
                 self._all_ok(self.order("retire", previous, present))
@@ -170,7 +176,7 @@ class RegionDriver:
         self.journal.emit(
             "region.unusable", group=self.group, region=self.region, checkpoint=seq, reason=merged.why_not()
         )
-        self.last_complete = None
+        self.last_complete, self.last_members = None, ()
         return None
 
     # --- orders ---------------------------------------------------------------------------------------------------

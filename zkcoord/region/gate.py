@@ -62,8 +62,12 @@ class Gate:
             self.lock.notify_all()
 
     def invalidate(self, messages: queue.Queue[tuple[int, ConsumerRecord]]) -> None:
-        """Drop every queued record, and any taken but not yet handed out (a new epoch)."""
+        """Drop every queued record, and any taken but not yet handed out (a new epoch); returns once the process
+        thread is outside ``app.process`` (a revocation acknowledged after this processes nothing more of its
+        partitions).  Never called from inside ``app.process``."""
         with self.lock:
+            while self.busy:
+                self.lock.wait()
             self.epoch += 1
             while True:
                 try:
@@ -110,8 +114,9 @@ class Gate:
                 log.warning("region %s: processing %s@%d failed: %r", name, tp, record.offset, e)
                 on_failure(f"processing failed: {e!r}"[:200])
             else:
-                with self.lock:
-                    self.positions[tp] = record.offset + 1
+                with self.lock:  # not if revoked or reset meanwhile: a stale position must not come back
+                    if epoch == self.epoch and tp in self.positions:
+                        self.positions[tp] = record.offset + 1
             finally:
                 with self.lock:
                     self.busy = False

@@ -76,6 +76,8 @@ class ConsistentRegion(RebalanceSide):
         exit 1)."""
         if consumer_config.auto_commit:
             raise ConfigurationError("a region member commits at each drain: turn auto-commit off")
+        if consumer_config.migrating:  # the bridge fetches some claims later, unannounced: never sought, never merged
+            raise ConfigurationError("a region member cannot be a migrating consumer: finish the migration first")
         self.config = config
         self.app = app
         self.clock = clock
@@ -134,6 +136,9 @@ class ConsistentRegion(RebalanceSide):
         """
         self.zk.start()
         try:
+            # The order first: a reset written after this read names us only if it came after our join, and is then
+            # above ``last_order`` (read after the join, it could be one aimed at us that we would skip).
+            order, _ = self.shared.order()
             self.members = self.shared.join(self.consumer.consumer_id, self.consumer.config.session_timeout_s * 2)
         except RegionMismatchError as e:
             self.journal.emit(
@@ -147,7 +152,6 @@ class ConsistentRegion(RebalanceSide):
             raise
         self._emit("region.joined", members=self.members)
         self.zk.add_listener(self._on_zk_state)
-        order, _ = self.shared.order()
         if order is not None:  # a restart into a running region: its state is the region's, after a reset only
             self.last_order = order.id
             self._to_pending(f"started into a running region (last order {order.id})")
@@ -189,12 +193,12 @@ class ConsistentRegion(RebalanceSide):
         return result
 
     def checkpoint(self, seq: int, state: Any, timeout: float = 30.0) -> None:
-        """Save checkpoint ``seq``: this member's name, the members' names, its offsets (drained first if
-        :meth:`drain` was not called) and the application's ``state`` (JSON-able), in the local store, and its
-        contribution to the merge in ZooKeeper; then polling and processing go on.
+        """Save checkpoint ``seq``: this member's name, the members' names, its offsets (those :meth:`drain`, which
+        must come first, committed) and the application's ``state`` (JSON-able, taken after the drain: processing is
+        held), in the local store, and its contribution to the merge in ZooKeeper; then polling and processing go on.
 
         :raises CheckpointRefusedError: a reset is pending (``region.checkpoint_refused``): nothing is written.
-        :raises RegionError: the store or ZooKeeper failed."""
+        :raises RegionError: not drained first, or the store or ZooKeeper failed."""
         self._call("checkpoint", (seq, state), timeout)
 
     def reset(self, seq: int | None, timeout: float | None = None) -> None:
@@ -261,6 +265,9 @@ class ConsistentRegion(RebalanceSide):
                 reply.error = e
             except OSError as e:  # the local store
                 reply.error = RegionError(f"{kind}: {e}")
+            except Exception as e:  # a bug: the caller hears a failure, not a success, then the thread's supervisor
+                reply.error = RegionError(f"{kind} failed: {e!r}"[:300])
+                raise
             finally:
                 reply.done.set()
             return
@@ -336,8 +343,8 @@ class ConsistentRegion(RebalanceSide):
             self.gate.release()
             self._emit("region.checkpoint_refused", checkpoint=seq, reason="a reset of the region is pending")
             raise CheckpointRefusedError(f"checkpoint {seq} refused: a reset of the region is pending")
-        if not self.gate.held:
-            self._drain()
+        if not self.gate.held:  # the state given was taken while processing went on: it may lag the positions
+            raise RegionError(f"checkpoint {seq}: call drain() first and take the state while processing is held")
         try:
             positions = self.gate.snapshot()
             members = self.shared.members()
@@ -362,7 +369,10 @@ class ConsistentRegion(RebalanceSide):
         if seq is not None:
             try:
                 found = self.shared.wait_merge(seq, self.config.merge_wait_s(self.consumer.config.max_poll_interval_s))
-                restored = self.store.load(seq).get("state")
+                # Not a contributor (new since, or under a new name): no state of ours is counted in the checkpoint,
+                # and it is not in our store; we start empty, with the merge's offsets as everyone's.
+                mine = self.config.member in found.contributors
+                restored = self.store.load(seq).get("state") if mine else None
             except ZkCoordError as e:
                 self.gate.release()  # still pending: nothing is queued or handed out, and polling runs the callbacks
                 raise RegionError(f"reset to checkpoint {seq} failed: {e}") from e
@@ -385,6 +395,7 @@ class ConsistentRegion(RebalanceSide):
             self._fatal(f"region member {self.config.member}: restoring {what} failed: {e!r}"[:300])
             raise RegionError(f"restoring {what} failed: {e!r}"[:300]) from e
         self._set_state(ClientState.RESET_COMPLETE)
+        self._count_assignment()
         self._owed, self._next_request_try = None, 0.0  # served
         self._fetched = False
         self._throttle_end = self.clock() + self.config.throttle_s

@@ -61,6 +61,9 @@ class OrderFollower:
     def carry_out(self, order: ControlOrder) -> Ack:
         """Carry out one order and answer it.  Returns the answer."""
         region = self.region
+        # Before, not after: a reset request the member writes while carrying the order out (or right after, before
+        # this thread returns) must name this order, or the driver, which counts the order done, ignores it as older.
+        region.last_order = order.id
         try:
             if order.op == "checkpoint" and order.seq is not None:
                 region.drain()
@@ -73,7 +76,6 @@ class OrderFollower:
         except ZkCoordError as e:
             log.warning("region %s: order %d (%s) failed: %s", region.config.member, order.id, order.op, e)
             answer = Ack(order.id, ok=False, reason=str(e)[:300])
-        region.last_order = order.id
         try:
             region.shared.ack(answer)
         except ZkError as e:  # the driver times the order out and resets

@@ -1,6 +1,7 @@
 """The region client's state machine (seed 003), as a table: ``docs/regions.md`` shows the same table.
 
-* ``SUBSCRIBED``: subscribed, nothing fetched since (a revocation now is ignored).
+* ``SUBSCRIBED``: subscribed, no reset carried out yet (a member fetches and processes in it; a revocation before
+  anything was fetched is ignored, one after makes the region reset).
 * ``CR_RESET_PENDING``: a reset of the region is awaited (queues cleared, polling stopped, assignments not sought).
 * ``RESET_COMPLETE``: reset done; fetching and processing go on (a revocation once something was fetched makes the
   region reset again).
