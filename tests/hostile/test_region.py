@@ -3,13 +3,12 @@ a foreign contribution, a checkpoint missing from a member's store.  Each is ref
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.integration.test_region import Member, _closing, produce, state_of
 from tests.zkutil import expire_session
 from zkcoord.data.topics import TopicAdmin
@@ -23,12 +22,6 @@ from zkcoord.region.states import ClientState
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_malformed_order_is_ignored_and_the_next_one_carried_out(cluster: Cluster, tmp_path: Path) -> None:

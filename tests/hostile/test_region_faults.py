@@ -5,14 +5,13 @@ the driver in one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.integration.test_region import Member, _closing, produce, state_of
 from tests.zkutil import expire_session
 from zkcoord.data.topics import TopicAdmin
@@ -27,12 +26,6 @@ from zkcoord.region.store import LocalStore
 from zkcoord.testbed.procs import ChildProcess, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_stored_state_the_application_cannot_restore_stops_the_member(cluster: Cluster, tmp_path: Path) -> None:

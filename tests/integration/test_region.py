@@ -4,14 +4,13 @@ merges, resets, revocations, partitions added at runtime."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from zkcoord.consumer import ConsumerConfig, Subscription
 from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
@@ -30,12 +29,6 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def produce(data: Path, topic: str, partition: int, first: int, count: int) -> None:

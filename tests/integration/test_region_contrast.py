@@ -6,13 +6,12 @@ own state passes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.integration.test_region import Member, _closing
 from zkcoord.bench.analyze_python import python_analysis
 from zkcoord.data.producer import ProduceConfig, Producer
@@ -24,12 +23,6 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _produce(cluster: Cluster, data: Path, journal: Journal, count: int) -> None:
