@@ -5,6 +5,7 @@
 - ``zk_hosts``: ``127.0.0.1:PORT/t_<uuid hex>``, a chroot of its own for each test (created before the test).
 - ``zk_client``: a started ``KazooClient`` on that chroot, stopped at teardown.
 - ``zk_factory``: a :class:`~tests.zkutil.ZkFactory` for tests that need servers or ensembles of their own.
+- ``cluster``: a :class:`~tests.clusters.Cluster` on the test's chroot (no broker yet), torn down after the test.
 
 When a test that uses ZooKeeper fails, its report carries the tail of every server log involved.  faulthandler dumps
 every thread's stack shortly before pytest-timeout's deadline, and on ``kill -USR1 <pytest pid>`` at any time.
@@ -18,6 +19,7 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import pytest
@@ -26,6 +28,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from tests.clusters import Cluster
 from tests.scheduling import SparkTogether, scope_of
 from tests.zkutil import TEST_CONFIG, ZkFactory
 from zkcoord.errors import ZkServerError
@@ -101,6 +104,14 @@ def zk_factory() -> Iterator[ZkFactory]:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    """Brokers in this process on the test's chroot (``cluster.broker(1)`` starts one), journalling under
+    ``tmp_path / "journal"``; every broker, consumer and client it started is stopped after the test, last first."""
+    with contextlib.ExitStack() as stack:
+        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 # --- diagnostics --------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.ledger import Ledger
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription
 from zkcoord.coordinator.seat import BLOCKED_RETRY_S

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.hostile.test_election import TOPIC, Fleet, s1_violations, stale_refusals
-from tests.integration.test_coordinator import Cluster
 from zkcoord.coordinator.election import Fence, try_elect
 from zkcoord.coordinator.seat import BLOCKED_RETRY_S, Seat
 from zkcoord.data.topics import TopicAdmin

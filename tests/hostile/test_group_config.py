@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
+from tests.clusters import Cluster
 from tests.integration.test_consumer_e2e import Run
-from tests.integration.test_coordinator import Cluster, all_owned
+from tests.integration.test_coordinator import all_owned
 from zkcoord.admin.group_config import set_config
 from zkcoord.coordinator import Role
 from zkcoord.coordinator.events import Event
@@ -102,12 +103,6 @@ def test_garbage_in_the_config_is_journalled_once_per_write_and_the_defaults_app
     # The coordinator carried on through it all: one term, never resigned.
     kinds = [e.event for e in read_journal(run.journal)]
     assert kinds.count("coordinator.elected") == 1 and "coordinator.resigned" not in kinds
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_reset_watch_rereads_without_journalling_again_and_a_deleted_parent_is_followed_again(

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer_e2e import Run
-from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, uncommitted_tails
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import NodeExistsError, NotEmptyError, ZkCoordError

@@ -11,14 +11,13 @@ is fetched again (convergence).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import make, polling, produce
-from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord.consumer import Consumer
 from zkcoord.data.topics import TopicAdmin
@@ -32,12 +31,6 @@ from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _ack(zk: ZkClient, group: str, member: str) -> AssignmentAck | None:

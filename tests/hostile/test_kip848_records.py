@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster, all_owned
+from tests.clusters import Cluster
+from tests.integration.test_coordinator import all_owned
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.layout.kip848 import CurrentAssignment

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.scripted import ScriptedConsumer
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
@@ -31,12 +28,6 @@ from zkcoord.testbed.procs import wait_until
 pytestmark = [pytest.mark.integration]
 
 G, T = "g", "t"
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _member(cluster: Cluster, group: str = G, **kw: object) -> ScriptedConsumer:

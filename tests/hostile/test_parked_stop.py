@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import make, polling, produce
-from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from zkcoord.consumer import Consumer, TopicPartition
 from zkcoord.data.topics import TopicAdmin

@@ -3,16 +3,14 @@ a foreign contribution, a checkpoint missing from a member's store.  Each is ref
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
-from tests.integration.test_region import Member, _closing, produce, state_of
+from tests.clusters import Cluster
+from tests.integration.test_region import Member, checkpointed_member, seed, start_member, state_of
 from tests.zkutil import expire_session
-from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
 from zkcoord.layout.region import Contribution, ControlOrder
@@ -25,19 +23,10 @@ from zkcoord.testbed.procs import wait_until
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
-
-
 def test_a_malformed_order_is_ignored_and_the_next_one_carried_out(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    data = tmp_path / "data"
-    produce(data, "t", 0, 0, 20)
+    data, store = seed(cluster, tmp_path, 1, 20)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, data, tmp_path / "store", "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         wait_until(lambda: m1.app.processed == 20, 20, "m1 processing")
         cluster.admin_zk.create(paths.region_control("g"), b'{"op":"explode","version":1}', makepath=True)
         order = ControlOrder(1, 1, "checkpoint", 1, ("m1",))
@@ -85,16 +74,8 @@ def test_a_foreign_contribution_cannot_complete_a_merge(cluster: Cluster) -> Non
 def test_a_checkpoint_missing_from_the_store_fails_the_reset_and_the_member_waits(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    data = tmp_path / "data"
-    produce(data, "t", 0, 0, 10)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, data, tmp_path / "store", "m1").start()))
-        m1.region.reset_to_initial()
-        wait_until(lambda: m1.app.processed == 10, 20, "m1 processing")
-        m1.region.drain()
-        m1.region.checkpoint(1, m1.app.snapshot())
+        m1 = checkpointed_member(stack, cluster, tmp_path, 10)
         m1.region.store.retire(1)  # the local copy is gone, the merge is complete
         with pytest.raises(RegionError, match="checkpoint 1 is not in the local store"):
             m1.region.reset(1)
@@ -105,10 +86,9 @@ def test_a_checkpoint_missing_from_the_store_fails_the_reset_and_the_member_wait
 
 
 def test_an_expired_region_session_takes_the_name_again_and_asks_for_a_reset(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data, store = seed(cluster, tmp_path, 1)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         m1.region.reset_to_initial()
         expire_session(m1.region.zk.kazoo)  # the region's own session: its name under members/ goes
         shared = SharedData(cluster.admin_zk, "g", "r1", "driver")

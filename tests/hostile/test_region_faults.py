@@ -5,17 +5,15 @@ the driver in one line."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl
 
-from tests.integration.test_coordinator import Cluster
-from tests.integration.test_region import Member, _closing, produce, state_of
+from tests.clusters import Cluster
+from tests.integration.test_region import checkpointed_member, seed, start_member, state_of
 from tests.zkutil import expire_session
-from zkcoord.data.topics import TopicAdmin
 from zkcoord.errors import CodecError
 from zkcoord.layout import paths
 from zkcoord.layout.region import CompletedRecord, Contribution, ControlOrder
@@ -29,23 +27,9 @@ from zkcoord.testbed.procs import ChildProcess, wait_until
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
-
-
 def test_a_stored_state_the_application_cannot_restore_stops_the_member(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    data = tmp_path / "data"
-    produce(data, "t", 0, 0, 10)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, data, tmp_path / "store", "m1").start()))
-        m1.region.reset_to_initial()
-        wait_until(lambda: m1.app.processed == 10, 20, "m1 processing")
-        m1.region.drain()
-        m1.region.checkpoint(1, m1.app.snapshot())
+        m1 = checkpointed_member(stack, cluster, tmp_path, 10)
         doc = m1.region.store.load(1)
         m1.region.store.save(1, {**doc, "state": "not a state"})  # valid JSON, not what the application wrote
         with pytest.raises(RegionError, match="restoring checkpoint 1 failed"):
@@ -62,10 +46,7 @@ def test_a_region_member_whose_stored_state_cannot_be_restored_exits_with_one_li
 ) -> None:
     """The command: a driver resets m1 to checkpoint 1, recorded complete; m1's local copy holds a state its
     application cannot take.  m1 ends with one Error: line and exit 1."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    store, data = tmp_path / "store", tmp_path / "data"
-    produce(data, "t", 0, 0, 10)
+    data, store = seed(cluster, tmp_path, 1, 10)
     shared = SharedData(cluster.admin_zk, "g", "r1", "m1")
     shared.check_region()
     shared.ensure_tree()
@@ -96,10 +77,9 @@ def test_a_region_member_whose_stored_state_cannot_be_restored_exits_with_one_li
 def test_a_reset_request_zookeeper_refuses_is_said_and_written_once_it_can_be(cluster: Cluster, tmp_path: Path) -> None:
     """requests/ refuses the member's writes (an ACL of read only): the request is not lost in a log line: it is
     journalled (region.request_failed) and written again once ZooKeeper takes it."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data, store = seed(cluster, tmp_path, 1)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         m1.region.reset_to_initial()
         requests = paths.region_requests("g")
         cluster.admin_zk.kazoo.set_acls(requests, [make_acl("world", "anyone", read=True, admin=True)])
@@ -129,10 +109,9 @@ def test_a_member_whose_name_cannot_be_taken_again_stays_pending_and_tries_again
     """The region's session expires (its name under members/ goes with it) and members/ refuses the new session's
     write: the member processes nothing meanwhile (CR_RESET_PENDING at once), says so (region.request_failed), and
     takes its name again once ZooKeeper lets it."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
+    data, store = seed(cluster, tmp_path, 1)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, tmp_path / "data", tmp_path / "store", "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         m1.region.reset_to_initial()
         members = paths.region_members("g")
         cluster.admin_zk.kazoo.set_acls(members, [make_acl("world", "anyone", read=True, admin=True)])

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run, _id
-from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger, deposed_writes, stale_applied, uncommitted_tails
 from zkcoord.admin.groups import describe_group, list_groups
 from zkcoord.bench.rebalance.cluster import WorkerProcess, child_env, tail

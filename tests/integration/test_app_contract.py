@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import make, polling, produce
-from tests.integration.test_coordinator import Cluster
 from tests.zkutil import expire_session
 from zkcoord.consumer import Consumer, OffsetCommitFencedError, TopicPartition
 from zkcoord.data.topics import TopicAdmin
@@ -32,12 +32,11 @@ P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
 
 @pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        cluster = Cluster(zk_hosts, tmp_path / "journal", stack)
-        cluster.broker(1)
-        TopicAdmin(cluster.admin_zk).create("t", 2)
-        yield cluster
+def cluster(cluster: Cluster) -> Cluster:
+    """The suite's cluster (tests/conftest.py) with broker 1 and topic ``t`` of 2 partitions."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", 2)
+    return cluster
 
 
 class Heard:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.scripted import write_command
 from tests.zkutil import expire_session
 from zkcoord.consumer import Consumer, ConsumerConfig, OffsetCommitFencedError, Subscription, TopicPartition
@@ -25,12 +25,6 @@ from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def make(

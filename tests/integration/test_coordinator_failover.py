@@ -10,13 +10,11 @@ change through the watches it set in bulk, and re-lists a group whose watch was 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.integration.test_swarm import TOPIC, Swarm
 from zkcoord.coordinator.events import Event as _Event
 from zkcoord.data.topics import TopicAdmin
@@ -51,12 +49,6 @@ def all_stable(cluster: Cluster, members: int = PER_GROUP) -> bool:
         if state.phase is not GroupPhase.STABLE or len(state.members) != members:
             return False
     return True
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 @pytest.fixture

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster, all_owned, owners_registry
+from tests.clusters import Cluster
+from tests.integration.test_coordinator import all_owned, owners_registry
 from tests.scripted import ScriptedConsumer
 from zkcoord.coordinator import Role
 from zkcoord.data.topics import TopicAdmin
@@ -23,12 +23,6 @@ from zkcoord.testbed.procs import ChildProcess, wait_until
 pytestmark = pytest.mark.integration
 
 SESSION = "2"
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_zombie_coordinators_write_fails_on_the_epoch_check(cluster: Cluster) -> None:

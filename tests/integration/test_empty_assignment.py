@@ -5,14 +5,13 @@ one (where only members that gain or join are started: a joiner given nothing is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import make
-from tests.integration.test_coordinator import Cluster
 from zkcoord.consumer import Consumer
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.runtime.journal import JournalEvent
@@ -20,12 +19,6 @@ from zkcoord.testbed.poll_loop import PollLoop
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _consumer(cluster: Cluster, data: Path, stack: ExitStack, rebalance: str) -> Consumer:

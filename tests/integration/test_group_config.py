@@ -7,13 +7,10 @@ the coordinator sees it through its watches, reads it afresh and examines the gr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
-from pathlib import Path
-
 import pytest
 
-from tests.integration.test_coordinator import Cluster, all_owned, union
+from tests.clusters import Cluster
+from tests.integration.test_coordinator import all_owned, union
 from tests.scripted import ScriptedConsumer
 from zkcoord.admin.group_config import delete_config, set_config
 from zkcoord.data.topics import TopicAdmin
@@ -22,12 +19,6 @@ from zkcoord.layout.group_config import GroupConfig
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def counts(consumers: list[ScriptedConsumer]) -> list[int]:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import drain, make, polling, produce
 from tests.integration.test_consumer_e2e import Run, _id
-from tests.integration.test_coordinator import Cluster
 from tests.integration.test_incremental import INCREMENTAL, started
 from tests.ledger import Ledger
 from tests.zkutil import TEST_CONFIG, ZkFactory
@@ -212,12 +212,6 @@ def test_incremental_joins_leaves_growth_and_a_crash(run: Run) -> None:
 
 
 # --- a lost commit, a shorter session than asked for --------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _sole_member_drained(cluster: Cluster, data: Path, stack: ExitStack) -> Consumer:

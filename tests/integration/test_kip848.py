@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
+from tests.clusters import Cluster
 from tests.integration.test_consumer_e2e import Run, _id
-from tests.integration.test_coordinator import Cluster
 from tests.integration.test_incremental import events
 from tests.ledger import Ledger
 from zkcoord.data.topics import TopicAdmin

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import make, polling, produce
-from tests.integration.test_coordinator import Cluster, owners_registry
+from tests.integration.test_coordinator import owners_registry
 from tests.requests_spy import Requests
 from zkcoord.consumer.offsets import OffsetStore
 from zkcoord.consumer.records import TopicPartition
@@ -197,12 +198,6 @@ def test_a_carried_version_for_a_partition_the_state_does_not_vouch_for_is_not_t
 
 
 # --- one join, end to end ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_join_costs_its_members_only_the_requests_it_needs(

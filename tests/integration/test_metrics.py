@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run
-from tests.integration.test_coordinator import Cluster
 from tests.scrape import Scrape, scrape, try_scrape
 from zkcoord.consumer import Consumer, ConsumerConfig, Subscription, TopicPartition
 from zkcoord.consumer.legacy import LegacyConfig, LegacyConsumer

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer import drain, produce
 from tests.integration.test_consumer_e2e import Run
-from tests.integration.test_coordinator import Cluster
 from tests.ledger import Ledger
 from tests.scripted import write_command
 from tests.zkutil import expire_session

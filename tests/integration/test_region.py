@@ -4,14 +4,13 @@ merges, resets, revocations, partitions added at runtime."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from zkcoord.consumer import ConsumerConfig, Subscription
 from zkcoord.data.partlog import PartitionWriter
 from zkcoord.data.topics import TopicAdmin
@@ -30,12 +29,6 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def produce(data: Path, topic: str, partition: int, first: int, count: int) -> None:
@@ -130,6 +123,45 @@ class _closing:
         self.member.close()
 
 
+def seed(cluster: Cluster, root: Path, partitions: int, records: int = 0) -> tuple[Path, Path]:
+    """Broker 1 and topic ``t`` of ``partitions`` partitions, each holding ``records`` records (:func:`produce`; with
+    none, no log is written); returns the directories of the record logs and of the members' stores, ``root / "data"``
+    and ``root / "store"``."""
+    cluster.broker(1)
+    TopicAdmin(cluster.admin_zk).create("t", partitions)
+    data, store = root / "data", root / "store"
+    if records:
+        for p in range(partitions):
+            produce(data, "t", p, 0, records)
+    return data, store
+
+
+def start_member(
+    stack: ExitStack,
+    cluster: Cluster,
+    data: Path,
+    store: Path,
+    name: str,
+    *,
+    start: str = "beginning",
+    app: AggregateApp | None = None,
+) -> Member:
+    """Member ``name`` of region ``r1``, started, and closed when ``stack`` closes."""
+    return stack.enter_context(_closing(Member(cluster, data, store, name, start=start, app=app).start()))
+
+
+def checkpointed_member(stack: ExitStack, cluster: Cluster, root: Path, records: int) -> Member:
+    """m1, the only member, on one partition of ``records`` records (:func:`seed`), reset to the initial state, every
+    record processed, drained and checkpoint 1 written; closed when ``stack`` closes."""
+    data, store = seed(cluster, root, 1, records)
+    m1 = start_member(stack, cluster, data, store, "m1")
+    m1.region.reset_to_initial()
+    wait_until(lambda: m1.app.processed == records, 20, "m1 processing")
+    m1.region.drain()
+    m1.region.checkpoint(1, m1.app.snapshot())
+    return m1
+
+
 def start_driver(cluster: Cluster, stack: ExitStack, names: list[str], interval: float = 0.5) -> RegionDriver:
     driver = RegionDriver(
         cluster.admin_zk, "g", "r1", names, interval_s=interval, order_timeout_s=10,
@@ -159,13 +191,9 @@ def summed(members: list[Member]) -> dict[str, list[int]]:
 
 
 def test_two_members_driver_checkpoints_cover_every_record_once(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 4)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(4):
-        produce(data, "t", p, 0, 100)
+    data, store = seed(cluster, tmp_path, 4, 100)
     with ExitStack() as stack:
-        members = [stack.enter_context(_closing(Member(cluster, data, store, n).start())) for n in ("m1", "m2")]
+        members = [start_member(stack, cluster, data, store, n) for n in ("m1", "m2")]
         driver = start_driver(cluster, stack, ["m1", "m2"])
         want = expected(data, "t", 4)
 
@@ -246,13 +274,9 @@ class WatchedWait:
 
 
 def test_reset_to_initial_gives_the_same_positions_every_time(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(2):
-        produce(data, "t", p, 0, 30)
+    data, store = seed(cluster, tmp_path, 2, 30)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1", start="end").start()))
+        m1 = start_member(stack, cluster, data, store, "m1", start="end")
         other = SharedData(cluster.admin_zk, "g", "r1", "m2")
         wait_until(lambda: None not in [other.initial(("t", p)) for p in range(2)], 20, "both control variables")
         for round_ in range(3):
@@ -270,16 +294,12 @@ def test_reset_to_initial_gives_the_same_positions_every_time(cluster: Cluster, 
 
 
 def test_a_join_while_fetching_resets_the_region_and_nothing_is_counted_twice(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 4)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(4):
-        produce(data, "t", p, 0, 200)
+    data, store = seed(cluster, tmp_path, 4, 200)
     with ExitStack() as stack:
         driver = start_driver(cluster, stack, ["m1", "m2"])
-        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         wait_until(lambda: m1.app.processed >= 200, 30, "m1 fetching and processing")
-        m2 = stack.enter_context(_closing(Member(cluster, data, store, "m2").start()))  # a join: m1's partitions go
+        m2 = start_member(stack, cluster, data, store, "m2")  # a join: m1's partitions go
         for p in range(4):
             produce(data, "t", p, 200, 50)
         want = expected(data, "t", 4)
@@ -292,14 +312,10 @@ def test_a_join_while_fetching_resets_the_region_and_nothing_is_counted_twice(cl
 def test_partitions_added_at_runtime_are_consumed_after_a_revocation_during_fetching(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(2):
-        produce(data, "t", p, 0, 40)
+    data, store = seed(cluster, tmp_path, 2, 40)
     with ExitStack() as stack:
         driver = start_driver(cluster, stack, ["m1"])
-        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         wait_until(lambda: summed([m1]) == expected(data, "t", 2), 30, "the first two partitions counted")
         TopicAdmin(cluster.admin_zk).alter("t", 3)
         produce(data, "t", 2, 0, 40)
@@ -312,11 +328,9 @@ def test_partitions_added_at_runtime_are_consumed_after_a_revocation_during_fetc
 
 
 def test_a_member_of_another_region_is_refused_at_start(cluster: Cluster, tmp_path: Path) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    data, store = tmp_path / "data", tmp_path / "store"
+    data, store = seed(cluster, tmp_path, 1)
     with ExitStack() as stack:
-        stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        start_member(stack, cluster, data, store, "m1")
         other = Member(cluster, data, store, "m2", region="r2")
         with pytest.raises(RegionMismatchError, match="group 'g' belongs to consistent region 'r1'"):
             other.region.start()
@@ -333,12 +347,9 @@ def test_every_client_state_transition(cluster: Cluster, tmp_path: Path) -> None
     """SUBSCRIBED -> CR_RESET_PENDING -> RESET_COMPLETE (a reset), -> CR_RESET_PENDING -> RESET_COMPLETE (another),
     -> CR_RESET_PENDING (asked) -> RESET_COMPLETE, then a restart into a running region: SUBSCRIBED ->
     CR_RESET_PENDING, refusing a drain until its reset.  Every reset passes through CR_RESET_PENDING."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 1)
-    data, store = tmp_path / "data", tmp_path / "store"
-    produce(data, "t", 0, 0, 10)
+    data, store = seed(cluster, tmp_path, 1, 10)
     with ExitStack() as stack:
-        m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        m1 = start_member(stack, cluster, data, store, "m1")
         assert state_of(m1) is ClientState.SUBSCRIBED
         m1.region.reset_to_initial()
         assert state_of(m1) is ClientState.RESET_COMPLETE
@@ -355,7 +366,7 @@ def test_every_client_state_transition(cluster: Cluster, tmp_path: Path) -> None
         assert [e.event for e in steps] == ["region.reset_pending", "region.reset"] * 3
     SharedData(cluster.admin_zk, "g", "r1", "driver").put_order(ControlOrder(1, 1, "reset", None, ("m1",)), -1)
     with ExitStack() as stack:
-        again = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
+        again = start_member(stack, cluster, data, store, "m1")
         assert state_of(again) is ClientState.CR_RESET_PENDING
         requests = SharedData(cluster.admin_zk, "g", "r1", "driver").requests()
         assert requests["m1"].after == 1 and "running region" in requests["m1"].reason

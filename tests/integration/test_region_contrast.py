@@ -6,17 +6,15 @@ own state passes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
-from tests.integration.test_region import Member, _closing
+from tests.clusters import Cluster
+from tests.integration.test_region import seed, start_member
 from zkcoord.bench.analyze_python import python_analysis
 from zkcoord.data.producer import ProduceConfig, Producer
-from zkcoord.data.topics import TopicAdmin
 from zkcoord.region.app import AggregateApp, RegionlessApp
 from zkcoord.region.driver import RegionDriver
 from zkcoord.region.shared import SharedData
@@ -24,12 +22,6 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def _produce(cluster: Cluster, data: Path, journal: Journal, count: int) -> None:
@@ -44,14 +36,12 @@ def _produce(cluster: Cluster, data: Path, journal: Journal, count: int) -> None
 
 @pytest.mark.parametrize("unsafe", [False, True], ids=["region", "region-less"])
 def test_s8_fails_when_a_reset_does_not_give_the_state_back(cluster: Cluster, tmp_path: Path, unsafe: bool) -> None:
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
-    data = tmp_path / "data"
+    data, store = seed(cluster, tmp_path, 2)
     journal = Journal(cluster.journal_dir, "producer")
     with ExitStack() as stack:
         stack.callback(journal.close)
         app = RegionlessApp() if unsafe else AggregateApp()
-        m1 = stack.enter_context(_closing(Member(cluster, data, tmp_path / "store", "m1", app=app).start()))
+        m1 = start_member(stack, cluster, data, store, "m1", app=app)
         driver = RegionDriver(
             cluster.admin_zk, "g", "r1", ["m1"], interval_s=0.1, order_timeout_s=10,
             journal=Journal(cluster.journal_dir, "driver"),

@@ -6,13 +6,12 @@ outside the driver's ``--members`` is driven."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_coordinator import Cluster
+from tests.clusters import Cluster
 from tests.integration.test_region import (
     Member,
     WatchedWait,
@@ -35,12 +34,6 @@ from zkcoord.runtime.journal import Journal
 from zkcoord.testbed.procs import ProcessError, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_a_drain_stops_polling_so_a_revocation_waits_for_the_checkpoint(cluster: Cluster, tmp_path: Path) -> None:

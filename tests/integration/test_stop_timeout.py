@@ -7,14 +7,13 @@ finishes its batch and its revoke callback first."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.clusters import Cluster
 from tests.integration.test_consumer_e2e import Run
-from tests.integration.test_coordinator import Cluster
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.layout.group_state import GroupPhase
@@ -27,12 +26,6 @@ pytestmark = pytest.mark.integration
 BASE_S = 0.5
 #: no retry: an attempt that times out fails the rebalance at once, for all to see
 QUICK = {"rebalance_timeout_s": BASE_S, "max_rebalance_retries": 0, "rebalance_backoff_s": 0.05}
-
-
-@pytest.fixture
-def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
-    with ExitStack() as stack:
-        yield Cluster(zk_hosts, tmp_path / "journal", stack)
 
 
 def test_zkcoord_consume_publishes_its_poll_interval_in_its_registration(zk_hosts: str, tmp_path: Path) -> None:
