@@ -165,27 +165,3 @@ def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
     with pytest.raises(SparkUnavailableError, match=r"Java not found.*needs Java 17"):
         session.get_spark("local[1]")
-
-
-def test_a_small_journal_is_parsed_on_every_core_a_big_one_in_splits_of_64_mb() -> None:
-    from zkcoord.analysis.pipeline import parse_partitions
-
-    mb = 1 << 20
-    assert parse_partitions(100_000, cores=2) == 1  # a test's journal: one task
-    assert parse_partitions(29 * mb, cores=2) == 2  # a demo's two runs: both cores
-    assert parse_partitions(29 * mb, cores=1) == 1
-    assert parse_partitions(29 * mb, cores=16) == 8  # one per 4 MB at most
-    assert parse_partitions(220 * mb, cores=2) == 4  # 10^6 events: one per 64 MB, whatever the cores
-
-
-@pytest.mark.parametrize(
-    ("master", "cores"), [("local", 1), ("local[2]", 2), ("local[3,2]", 3), ("local[*]", None), ("spark://h:7077", 6)]
-)
-def test_the_cores_are_those_of_the_master_not_local_modes_default_parallelism(master: str, cores: int | None) -> None:
-    import os
-    from types import SimpleNamespace
-
-    from zkcoord.analysis.pipeline import _cores
-
-    session = SimpleNamespace(sparkContext=SimpleNamespace(master=master, defaultParallelism=6))
-    assert _cores(session) == (cores or os.cpu_count())  # type: ignore[arg-type]

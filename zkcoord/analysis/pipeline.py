@@ -10,7 +10,6 @@ import concurrent.futures
 import contextlib
 import functools
 import os
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,11 +36,6 @@ DRIVER_THREADS = 4
 
 #: Journal bytes per partition of the parsed events (input splits are merged up to this, never split further).
 BYTES_PER_PARTITION = 64 << 20
-
-#: Journal bytes that are worth a parse task of their own below :data:`BYTES_PER_PARTITION`, up to one per core: the
-#: parse is most of a small analysis' executor time (a demo's two runs, 29 MB: one task of some 12 s of CPU on one
-#: core while the other idled).
-BYTES_PER_PARSE_TASK = 4 << 20
 
 #: Journal bytes per shuffle partition.  The shuffles carry narrow rows (the keys and ``first, last`` of the range
 #: events, the other events' few columns), about half a journal line's size: without adaptive execution to merge
@@ -159,26 +153,6 @@ def _refused_regexes(rows: Sequence[Any]) -> dict[str, list[str]]:
     return {run: sorted(keys) for run, keys in refused.items()}
 
 
-def _cores(spark: SparkSession) -> int:
-    """The cores that run tasks: N of ``local[N]`` (the machine's for ``local[*]``), else Spark's default parallelism
-    (local mode's is set above its cores, session.py)."""
-    master = spark.sparkContext.master or ""
-    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
-    if master == "local":
-        return 1
-    if match is None:
-        return max(1, spark.sparkContext.defaultParallelism)
-    if match.group(1) == "*":
-        return os.cpu_count() or 1
-    return int(match.group(1))
-
-
-def parse_partitions(size: int, cores: int) -> int:
-    """Parse tasks for ``size`` bytes of journal: one per :data:`BYTES_PER_PARTITION`, and below that one per
-    :data:`BYTES_PER_PARSE_TASK` up to ``cores``."""
-    return max(size // BYTES_PER_PARTITION + 1, min(cores, size // BYTES_PER_PARSE_TASK + 1))
-
-
 def _partitions(runs: Sequence[load.RunInput], per: int = BYTES_PER_PARTITION) -> int:
     """Partitions for journals of this size: at least one per ``per`` bytes."""
     return max(1, sum(f.stat().st_size for r in runs for f in r.files) // per + 1)
@@ -194,8 +168,7 @@ def _read(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Sa
     files = sum(len(r.files) for r in runs)
     say(f"reading {files} journal file(s) of {len(runs)} run(s)")
     path = str(out / "tables" / "events")
-    size = sum(f.stat().st_size for r in runs for f in r.files)
-    classified = load.classify(load.read_lines(spark, runs).coalesce(parse_partitions(size, _cores(spark))))
+    classified = load.classify(load.read_lines(spark, runs).coalesce(_partitions(runs)))
     classified.write.mode("overwrite").partitionBy("kind").parquet(path)
     events = spark.read.schema(classified.schema).parquet(path)
     return events, load.fold_summary(load.read_summary(events).collect())
