@@ -82,7 +82,11 @@ LOCAL_CONF: dict[str, str] = {
 #: seconds: measured on a demo's two runs (36 s each, 40 journals), the JVM's CPU 112.7 -> 76.3 s (start-up
 #: 11.2 -> 5.5 s), wall 89 -> 63 s, same verdict.  A long analysis on a big machine may want C2 back: pass
 #: ``spark.driver.extraJavaOptions`` in ``conf``, which replaces these.
-LOCAL_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+#: The client compiler alone gets the JVM's small code cache (48 MB, as without tiered compilation), which an
+#: analysis' thousands of generated classes filled: the JVM then stops compiling ("CodeCache is full. Compiler has
+#: been disabled") and runs the rest interpreted (issue 20: seen 100-150 s into a demo's analysis).  The tiered
+#: default's size is restored; it is reserved address space, used only as code is compiled.
+LOCAL_JVM_OPTIONS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:ReservedCodeCacheSize=240m"]
 
 DEFAULT_LOCAL_MASTER = "local[2]"
 

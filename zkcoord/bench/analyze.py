@@ -210,6 +210,16 @@ class Row:
     floor_s: float = 0.0
     #: the driver JVM's largest heap: a journal bigger than it cannot be held in memory at once
     jvm_heap_mb: float = 0.0
+    #: CPU seconds of the Spark JVM (every thread: driver, executors, JIT, GC) for the floor and for the analysis,
+    #: and of the Python pass: figures that a loaded machine inflates far less than the wall-clock times
+    floor_jvm_cpu_s: float | None = None
+    spark_jvm_cpu_s: float | None = None
+    python_cpu_s: float = 0.0
+    #: Spark jobs and stages the analysis ran (the status tracker: each job is a plan planned and scheduled)
+    spark_jobs: int = 0
+    spark_stages: int = 0
+    #: the 1-minute load average when this size started
+    load_avg: float = 0.0
 
 
 def floor(spark: Any, runs: list[Path]) -> float:
@@ -219,15 +229,43 @@ def floor(spark: Any, runs: list[Path]) -> float:
     Every parsed field goes into a checksum, so that Spark cannot leave a field unparsed.
     """
     from pyspark.sql import functions as F  # noqa: PLC0415
+    from pyspark.sql import types as T  # noqa: PLC0415
 
     from zkcoord.analysis.schema import EVENT_SCHEMA  # noqa: PLC0415
 
     started = time.perf_counter()
     text = spark.read.text([str(f) for run in runs for f in sorted((run / "journal").glob("*.jsonl"))])
     e = text.select(F.from_json("value", EVENT_SCHEMA).alias("e")).select("e.*")
-    flat = [c for c in e.columns if c != "subscription"]  # Spark does not hash maps: their size stands in
-    e.groupBy("ev").agg(F.count(F.lit(1)), F.sum(F.hash(*flat)), F.sum(F.size("subscription"))).collect()
+    # Spark does not hash maps (subscription, S8's states): their size stands in
+    maps = [f.name for f in e.schema.fields if isinstance(f.dataType, T.MapType)]
+    flat = [c for c in e.columns if c not in maps]
+    e.groupBy("ev").agg(F.count(F.lit(1)), F.sum(F.hash(*flat)), *[F.sum(F.size(m)) for m in maps]).collect()
     return time.perf_counter() - started
+
+
+def jvm_cpu_s(spark: Any) -> float | None:
+    """CPU seconds (user and system) the session's JVM has used so far, from ``/proc`` (None where there is none, or
+    when this process did not launch the JVM)."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _jobs_and_stages(spark: Any) -> tuple[set[int], int]:
+    """The ids of the jobs Spark knows (not in a job group), and the number of their stages."""
+    tracker = spark.sparkContext.statusTracker()
+    ids = set(tracker.getJobIdsForGroup())
+    stages = sum(len(info.stageIds) for i in ids if (info := tracker.getJobInfo(i)) is not None)
+    return ids, stages
+
+
+def _cpu_delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else round(after - before, 1)
 
 
 def bench(size: int, base: Path, master: str, spark: Any) -> Row:
@@ -239,16 +277,31 @@ def bench(size: int, base: Path, master: str, spark: Any) -> Row:
     generate_s = time.perf_counter() - started
     mb = sum(f.stat().st_size for f in base.glob("*/journal/*.jsonl")) / 1e6
     print(f"  {written} events, {mb:.0f} MB generated in {generate_s:.1f} s", file=sys.stderr)
+    load_avg = os.getloadavg()[0]
+    cpu_0 = jvm_cpu_s(spark)
     floor_s = floor(spark, [base / "clean", base / "violations"])
-    print(f"  floor (Spark parsing and grouping by event type): {floor_s:.1f} s", file=sys.stderr)
+    cpu_1 = jvm_cpu_s(spark)
+    print(
+        f"  floor (Spark parsing and grouping by event type): {floor_s:.1f} s, JVM CPU {_cpu_delta(cpu_0, cpu_1)} s",
+        file=sys.stderr,
+    )
+    jobs_before, stages_before = _jobs_and_stages(spark)
     started = time.perf_counter()
     verdict = run_analysis([base / "clean", base / "violations"], base / "out", master, report=False, spark=spark)
     spark_s = time.perf_counter() - started
-    print(f"  spark: {spark_s:.1f} s ({spark_s / floor_s:.1f}x the floor)", file=sys.stderr)
-    started = time.perf_counter()
+    spark_cpu = _cpu_delta(cpu_1, jvm_cpu_s(spark))
+    jobs_after, stages_after = _jobs_and_stages(spark)
+    jobs = len(jobs_after - jobs_before)
+    stages = stages_after - stages_before
+    print(
+        f"  spark: {spark_s:.1f} s ({spark_s / floor_s:.1f}x the floor), JVM CPU {spark_cpu} s, {jobs} jobs, "
+        f"{stages} stages",
+        file=sys.stderr,
+    )
+    started, cpu_started = time.perf_counter(), time.process_time()
     py = {name: python_verdict(base / name / "journal") for name in ("clean", "violations")}
-    python_s = time.perf_counter() - started
-    print(f"  python: {python_s:.1f} s", file=sys.stderr)
+    python_s, python_cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    print(f"  python: {python_s:.1f} s, CPU {python_cpu:.1f} s", file=sys.stderr)
     sp = {r.run: {p.key: p.count for p in r.properties} for r in verdict.runs}
     if sp != py:
         print(f"  MISMATCH spark={sp} python={py}", file=sys.stderr)
@@ -265,6 +318,12 @@ def bench(size: int, base: Path, master: str, spark: Any) -> Row:
         injected_found=sp.get("violations") == INJECTED and sp.get("clean") == dict.fromkeys(INJECTED, 0),
         floor_s=round(floor_s, 2),
         jvm_heap_mb=round(spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory() / 1e6),
+        floor_jvm_cpu_s=_cpu_delta(cpu_0, cpu_1),
+        spark_jvm_cpu_s=spark_cpu,
+        python_cpu_s=round(python_cpu, 1),
+        spark_jobs=jobs,
+        spark_stages=stages,
+        load_avg=round(load_avg, 2),
     )
 
 
