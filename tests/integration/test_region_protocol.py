@@ -18,6 +18,7 @@ from tests.integration.test_region import (
     _closing,
     expected,
     produce,
+    seed,
     start_driver,
     state_of,
     summed,
@@ -236,11 +237,7 @@ def test_no_checkpoint_is_ordered_without_a_member_of_the_last_complete_one(clus
     """m2 (not named in the driver's members) holds state counted in a complete checkpoint.  Once it is gone the
     driver resets m1 to that checkpoint (m1 takes m2's partitions from its offsets) but orders no checkpoint until m2
     is back: one without it would complete with m2's counts below those offsets in no member's state."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(2):
-        produce(data, "t", p, 0, 30)
+    data, store = seed(cluster, tmp_path, 2, 30)
     want = expected(data, "t", 2)
     with ExitStack() as stack:
         m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))
@@ -262,11 +259,7 @@ def test_a_member_new_since_the_checkpoint_starts_empty_at_a_reset_to_it(cluster
     """A reset to a checkpoint a member had no part in (a new name) gives it the initial state, not a failed reset:
     its state is not counted in the checkpoint and the checkpoint is not in its store.  Before, its reset failed at
     every try and the region reset forever."""
-    cluster.broker(1)
-    TopicAdmin(cluster.admin_zk).create("t", 2)
-    data, store = tmp_path / "data", tmp_path / "store"
-    for p in range(2):
-        produce(data, "t", p, 0, 30)
+    data, store = seed(cluster, tmp_path, 2, 30)
     want = expected(data, "t", 2)
     with ExitStack() as stack:
         m1 = stack.enter_context(_closing(Member(cluster, data, store, "m1").start()))

@@ -9,6 +9,7 @@ below; it exists to keep the member's module readable in one sitting, not as a s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from zkcoord.consumer import Consumer, TopicPartition
 from zkcoord.errors import ZkCoordError
@@ -37,8 +38,8 @@ class RebalanceSide:
     _sought_now: set[TopicPartition]
     _delivered_before: int
 
-    def _to_pending(self, reason: str, *, request: bool = True) -> None:
-        raise NotImplementedError  # ConsistentRegion's
+    #: ConsistentRegion's method (CR_RESET_PENDING, a reset requested)
+    _to_pending: Callable[..., None]
 
     def _target(self, tp: TopicPartition) -> int:
         """Where an assigned partition is sought: the last reset's merged offset, else its control variable (created
