@@ -238,6 +238,7 @@ class OffsetStore(OwnerRepairs):
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
+            self._drop_other_sessions(todo, handing, present, fenced)
             # Each owner znode is looked at again at most once per commit.
             rechecked = self._recheck_other_znodes(todo, handing, fenced)
             recreated: set[TopicPartition] = set()
@@ -307,6 +308,29 @@ class OffsetStore(OwnerRepairs):
             self._offset_exists(gone, exists=False)
             return True
         return False
+
+    def _drop_other_sessions(
+        self,
+        todo: dict[TopicPartition, int],
+        handing: dict[TopicPartition, str],
+        present: dict[TopicPartition, int],
+        fenced: list[TopicPartition],
+    ) -> None:
+        """A claim holds only in the session it was read in: leave out of this commit (and forget) every claim of an
+        earlier session.  After that session expired (our registration went with it) the owner znodes may have been
+        deleted and created again for the next owner at the very version we claimed, which the transaction's version
+        check would let pass: a commit sent on the new session before the consumer handled the loss once landed so,
+        after the next owner had started (S3; a zk-restart under load).  Lock held."""
+        session = self.zk.session_id
+        if not session:
+            # No session (ZooKeeper out of reach): the commit cannot be sent now; nothing is judged stale by it.
+            return
+        stale = [
+            tp for tp in {*todo, *handing, *present} if (c := self._claims.get(tp)) and c.session not in (0, session)
+        ]
+        for tp in sorted(stale):
+            present.pop(tp, None)
+            self._lose(tp, todo, handing, fenced)
 
     def _lose(
         self,
