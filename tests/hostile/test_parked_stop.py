@@ -65,10 +65,12 @@ def test_a_stop_parked_when_zookeeper_restarts_is_finished_once_it_is_back(
             called.set()
 
     with ExitStack() as stack:
-        first = make(cluster, data, stack, on_revoked=on_revoked, auto_commit=False)
+        # Sessions long enough to outlive the server's restart on a loaded machine (a JVM start took over 4 s at a
+        # load of 7, and the sessions expired): the case under test is the restart *within* the session timeout.
+        first = make(cluster, data, stack, on_revoked=on_revoked, auto_commit=False, session_timeout_s=15.0)
         _drain([first], cluster, 2 * PER_PARTITION)
         first.commit()  # what the application finished: everything so far
-        second = make(cluster, data, stack, auto_commit=False)
+        second = make(cluster, data, stack, auto_commit=False, session_timeout_s=15.0)
 
         # The join's stop reaches the first member, which stops fetching and parks it for its application: nobody
         # polls it, so it stays parked (and the rebalance waits).

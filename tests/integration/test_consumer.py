@@ -37,12 +37,12 @@ def make(
     on_lost: object = None,
     **kw: object,
 ) -> Consumer:
+    kw.setdefault("session_timeout_s", 4.0)
     config = ConsumerConfig(
         group="g",
         subscription=Subscription.static({"t": 1}),
         zk=cluster.hosts,
         data_dir=data,
-        session_timeout_s=4.0,
         **kw,  # type: ignore[arg-type]
     )
     consumer = Consumer(
