@@ -66,6 +66,14 @@ def test_each_consumer_protocol_runs_under_acls(zk_hosts: str, tmp_path: Path, v
             extra = [a.format(name=name, port=port) for a in VARIANTS[variant]]
             args = ["consume", "--group", G, "--topic", "t", *member, *extra]
             consumers.append(stack.enter_context(ChildProcess(args, tmp_path / f"{name}.log", env=ENV)))
+
+        # Both in the group before anything is produced: at load 17 the second process was still starting when the
+        # first had consumed all 400, and its metrics endpoint was scraped before it existed.
+        def both_joined() -> bool:
+            assert all(c.alive for c in consumers), [p.read_text()[-2000:] for p in tmp_path.glob("c*.log")]
+            return all("joined group" in (tmp_path / f"{n}.log").read_text() for n in ("c1", "c2"))
+
+        wait_until(both_joined, 60, "both consumers in the group", interval=0.25)
         produced = run_cli(
             "produce", "t", "--count", "400", "--rate", "4000", "--size", "20", *coord, "--data-dir", str(data), env=ENV
         )
