@@ -20,7 +20,7 @@ import pytest
 
 from tests.cli import run_cli
 from zkcoord.analysis.verdict import PROPERTIES, PropertyResult, ReadCounts, RunVerdict, Verdict
-from zkcoord.cli.demo_cmd import seed_summary
+from zkcoord.cli.demo_cmd import seed_summary, seeds_total
 from zkcoord.errors import ConfigurationError
 from zkcoord.runtime.faults import _armed, arm, disarm
 from zkcoord.testbed.procs import ProcessError, wait_until
@@ -180,6 +180,18 @@ def test_a_seed_line_says_what_was_skipped() -> None:
     entry = seed_summary(3, [result], verdict)
     assert entry["line"].startswith("seed 3: safe PASS; 2 faults, 0/1 two-at-once steps overlapped; skipped: safe 1;")
     assert entry["runs"]["safe"]["skipped"] == ["network-cut: no proxied consumer"]
+
+
+def test_without_an_analysis_a_seed_is_not_analysed_and_the_total_does_not_fail() -> None:
+    """``--seeds`` with ``--no-analysis``: each run says so, and no run counts as PASS or FAIL."""
+    result = RunResult(Path("r/safe"), unsafe=False)
+    result.nemesis = {"seed": 4, "steps": 1, "faults": 2, "overlapping": 1, "overlapped": 1, "skipped": 0}
+    entry = seed_summary(4, [result], None)
+    assert entry["line"].startswith("seed 4: safe not analysed; 2 faults, 1/1 two-at-once steps overlapped;")
+    assert entry["runs"]["safe"]["status"] == "not analysed"
+    assert seeds_total([entry]) == {"line": "total: 1 seeds; not analysed", "safe_failed": False}
+    errored = {"seed": 5, "runs": {}, "error": "x", "line": "seed 5: ERROR x"}
+    assert seeds_total([entry, errored])["safe_failed"] is True
 
 
 def test_a_slow_member_whose_fault_did_not_land_leaves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,6 +97,14 @@ def _list() -> None:
 )
 @click.option("--rate", type=click.IntRange(1, 100_000), default=200, show_default=True, help="Records/s per topic.")
 @click.option("--master", default="local[2]", show_default=True, help="Spark master for the verdict.")
+@click.option(
+    "--analysis/--no-analysis",
+    default=True,
+    show_default=True,
+    help="Compute the verdict with Spark after the runs.  --no-analysis leaves the journals for a later "
+    "`zkcoord analyze RUN-DIR` (several demos analysed together, or on a cluster): no verdict, and the exit status "
+    "says only whether the runs could be carried out.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 @click.option("--list", "list_only", is_flag=True, help="Describe the scenarios and faults, then exit.")
 def demo(
@@ -114,6 +122,7 @@ def demo(
     rebalance: str,
     rate: int,
     master: str,
+    analysis: bool,
     as_json: bool,
     list_only: bool,
 ) -> None:
@@ -152,11 +161,13 @@ def demo(
     # anything starts: inside --seeds' loop it would be an ERROR line per seed.
     config(seeds[0] if seeds is not None else seed, base, variants[0])
 
-    def one(seed: int, into: Path) -> tuple[list[RunResult], Verdict]:
+    def one(seed: int, into: Path) -> tuple[list[RunResult], Verdict | None]:
         results: list[RunResult] = []
         for unsafe_variant in variants:
             run = config(seed, into, unsafe_variant)
             results.append(run_scenario(run, say=lambda line: click.echo(line, err=True)))
+        if not analysis:
+            return results, None
         click.echo("computing the verdict from the journals (Spark)...", err=True)
         # Imported here: PySpark takes a second to import, which no other command should pay for.
         from zkcoord.analysis import run_analysis  # noqa: PLC0415
@@ -174,21 +185,11 @@ def demo(
         return
     results, verdict = one(seed, base)
     if as_json:
-        echo_json({"runs": [r.to_json() for r in results], "verdict": verdict.to_dict()})
+        echo_json({"runs": [r.to_json() for r in results], "verdict": verdict.to_dict() if verdict else None})
     else:
-        for r in results:
-            faults = ", ".join(f"{k}={v}" for k, v in sorted(r.faults.items()) if not k.startswith("point:"))
-            click.echo(
-                f"{r.run_dir.name}: {r.seconds:.0f}s, produced {r.produced}, consumed {r.consumed}, "
-                f"rebalances {r.rebalances}, faults: {faults}"
-            )
-            for problem in r.problems:
-                click.echo(f"  problem: {problem}")
-            for skipped in r.skipped:
-                click.echo(f"  skipped (nothing to inject into): {skipped}")
-        click.echo("")
-        click.echo(verdict.table())
-        click.echo(f"\nrun directory: {base}  (report: {base / 'analysis' / 'report.html'})")
+        _print(results, verdict, base)
+    if verdict is None:
+        return
     safe_failed = any(not verdict.run_ok(r.run_dir.name) for r in results if not r.unsafe)
     unsafe_runs = [r for r in results if r.unsafe]
     # The contrast "shows a violation" only when a property FAILs: an INCONCLUSIVE run (lines it could not use)
@@ -200,7 +201,29 @@ def demo(
         raise SystemExit(1)
 
 
-def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunResult], Verdict]], as_json: bool) -> None:
+def _print(results: list[RunResult], verdict: Verdict | None, base: Path) -> None:
+    """The runs, one line each with their problems, then the verdict's table (or where to analyse them)."""
+    for r in results:
+        faults = ", ".join(f"{k}={v}" for k, v in sorted(r.faults.items()) if not k.startswith("point:"))
+        click.echo(
+            f"{r.run_dir.name}: {r.seconds:.0f}s, produced {r.produced}, consumed {r.consumed}, "
+            f"rebalances {r.rebalances}, faults: {faults}"
+        )
+        for problem in r.problems:
+            click.echo(f"  problem: {problem}")
+        for skipped in r.skipped:
+            click.echo(f"  skipped (nothing to inject into): {skipped}")
+    click.echo("")
+    if verdict is None:
+        click.echo(f"run directory: {base}  (not analysed: zkcoord analyze {base})")
+    else:
+        click.echo(verdict.table())
+        click.echo(f"\nrun directory: {base}  (report: {base / 'analysis' / 'report.html'})")
+
+
+def _many(
+    seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunResult], Verdict | None]], as_json: bool
+) -> None:
     """Run every seed of ``seeds`` into ``base/seed-N``; print a summary line per seed as it ends and a total; write
     ``base/seeds.json``.  A seed whose run could not be carried out (a process that did not start in time, Spark
     failing: a :class:`ZkCoordError`) is reported as ``ERROR`` with the reason and the next seed runs.  Exits 1 if a
@@ -227,11 +250,18 @@ def _many(seeds: range, base: Path, one: Callable[[int, Path], tuple[list[RunRes
         raise SystemExit(1)
 
 
-def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[str, Any]:
-    """One seed's runs in one line: each run's status and its broken properties, the faults, the problems."""
+def seed_summary(seed: int, results: list[RunResult], verdict: Verdict | None) -> dict[str, Any]:
+    """One seed's runs in one line: each run's status and its broken properties, the faults, the problems.  Without
+    a verdict (``--no-analysis``) each run's status is ``not analysed``."""
     parts = []
     entry: dict[str, Any] = {"seed": seed, "runs": {}}
     for r in results:
+        if verdict is None:
+            entry["runs"][r.run_dir.name] = {
+                **r.nemesis, "status": "not analysed", "broken": {}, "problems": r.problems, "skipped": r.skipped
+            }  # fmt: skip
+            parts.append(f"{r.run_dir.name} not analysed")
+            continue
         run = verdict.run(r.run_dir.name)
         broken = {p.key: p.count for p in run.properties if not p.ok}
         entry["runs"][run.run] = {
@@ -257,12 +287,18 @@ def seed_summary(seed: int, results: list[RunResult], verdict: Verdict) -> dict[
 
 def seeds_total(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """The total over the seeds' summaries: safe runs PASS, contrasts FAIL."""
-    safe = [e["runs"]["safe"]["status"] for e in lines if "safe" in e["runs"]]
-    unsafe = [e["runs"]["unsafe"]["status"] for e in lines if "unsafe" in e["runs"]]
+    judged: dict[str, list[str]] = {"safe": [], "unsafe": []}
+    for e in lines:
+        for name, statuses in judged.items():
+            if name in e["runs"] and e["runs"][name]["status"] != "not analysed":
+                statuses.append(e["runs"][name]["status"])
+    safe, unsafe = judged["safe"], judged["unsafe"]
     errors = sum("error" in e for e in lines)
     parts = [f"total: {len(lines)} seeds" + (f" ({errors} ended in an error)" if errors else "")]
     if safe:
         parts.append(f"safe runs PASS {safe.count('PASS')}/{len(safe)}")
     if unsafe:
         parts.append(f"unfenced contrast FAIL {unsafe.count('FAIL')}/{len(unsafe)}")
+    if lines and not safe and not unsafe and not errors:
+        parts.append("not analysed")
     return {"line": "; ".join(parts), "safe_failed": any(s != "PASS" for s in safe) or errors > 0}
