@@ -224,12 +224,15 @@ def test_a_failed_read_of_the_awaited_owners_is_retried_not_superseding_itself(
             wait: Callable[[WatchEvent], None] | None = None,
             repairable: AbstractSet[TopicPartition] = frozenset(),
             carried: Mapping[TopicPartition, int] | None = None,
+            offsets: Mapping[TopicPartition, tuple[int, int]] | None = None,
             ack: str | None = None,
         ) -> Claims:
             if wait is not None and not failed:
                 failed.append(True)
                 raise ZkUnavailableError("injected connection loss", "owners")
-            return real_claim(ownership, add=add, wait=wait, repairable=repairable, carried=carried, ack=ack)
+            return real_claim(
+                ownership, add=add, wait=wait, repairable=repairable, carried=carried, offsets=offsets, ack=ack
+            )
 
         gainer.offsets.claim = claim_failing_once  # type: ignore[method-assign]
         new = f"{gainer.consumer_id}-0"

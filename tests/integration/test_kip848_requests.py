@@ -197,6 +197,72 @@ def test_a_carried_version_for_a_partition_the_state_does_not_vouch_for_is_not_t
     assert member.get(paths.ack(G, A))[0] == b""
 
 
+# --- committed offsets carried from the revoker's acknowledgement to the next owner ------------------------------
+
+
+def test_a_stops_acknowledgement_carries_the_offsets_it_leaves(member: ZkClient) -> None:
+    """The stop's acknowledgement carries each given-up partition's committed offset with the version its offset
+    znode is at once the stop's transaction landed -- a position written there and one ``poll()`` committed before
+    -- which is what the next owner checks instead of reading."""
+    store = _claimed(member)
+    assert store.commit({TP: 8}, ack=_stop_of(member), final=True, releasing={TP}) == {TP: 8}
+    stat = member.exists(paths.offset(G, "t", 0))
+    assert stat is not None
+    ack = AssignmentAck.decode(member.get(paths.ack(G, A))[0])
+    assert ack.offsets == {"t": {0: (8, stat.version)}}
+    store.commit({TP: 8}, ack=_stop_of(member), final=True, releasing={TP})  # unchanged: only checked
+    assert AssignmentAck.decode(member.get(paths.ack(G, A))[0]).offsets == {"t": {0: (8, stat.version)}}
+
+
+def test_carried_offsets_claim_without_any_read(member: ZkClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start carries the owner znode's version and the committed offset with its offset znode's version: the
+    claim sends one request, the transaction that checks both and acknowledges, and starts from the carried
+    offset."""
+    start = _start_of(member)
+    offset = member.create_stat(paths.offset(G, "t", 0), encode_int(7), makepath=True)
+    owner = member.exists(paths.owner(G, "t", 0))
+    assert owner is not None
+    store = OffsetStore(member, G, paths.member(G, A))
+    requests = Requests(monkeypatch)
+    mark = requests.mark()
+    result = store.claim(
+        {TP: f"{A}-0"},
+        add=True,
+        repairable={TP},
+        carried={TP: owner.version},
+        offsets={TP: (7, offset.version)},
+        ack=start,
+    )
+    assert result.acked and result.claims[TP].committed == 7 and result.claims[TP].offset_version == offset.version
+    assert [kind for kind, _ in requests.since(mark, member.kazoo)] == ["Transaction"]
+
+
+def test_a_stale_carried_offset_is_read_and_acknowledges_nothing(
+    member: ZkClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offset moved after the revoker's acknowledgement (an operator's reset): the carried version no longer
+    matches, the transaction fails whole, and the claim reads the offset znode and starts where it says."""
+    start = _start_of(member)
+    offset = member.create_stat(paths.offset(G, "t", 0), encode_int(7), makepath=True)
+    member.set(paths.offset(G, "t", 0), encode_int(3))  # after the revoker's acknowledgement
+    owner = member.exists(paths.owner(G, "t", 0))
+    assert owner is not None
+    store = OffsetStore(member, G, paths.member(G, A))
+    requests = Requests(monkeypatch)
+    mark = requests.mark()
+    result = store.claim(
+        {TP: f"{A}-0"},
+        add=True,
+        repairable={TP},
+        carried={TP: owner.version},
+        offsets={TP: (7, offset.version)},
+        ack=start,
+    )
+    assert not result.acked and member.get(paths.ack(G, A))[0] == b""
+    assert requests.reads(mark, paths.offset(G, "t", 0)) == 1
+    assert result.claims[TP].committed == 3 and result.claims[TP].offset_version == offset.version + 1
+
+
 # --- one join, end to end ---------------------------------------------------------------------------------------------
 
 
@@ -205,7 +271,8 @@ def test_a_join_costs_its_members_only_the_requests_it_needs(
 ) -> None:
     """A member joins a consumer-protocol group of one that holds 4 partitions, and takes 2 of them (real coordinator,
     real consumers, real ZooKeeper; every request of every client counted).  Each request issue 16 removed stays
-    removed -- the joiner reads no owner znode (the start carries their versions, which are the ones ZooKeeper holds),
+    removed -- the joiner reads no owner znode (the start carries their versions, which are the ones ZooKeeper holds)
+    and no committed offset (the start carries those the revoker's acknowledgement reported, checked likewise),
     reads the state only with an assignment (its first look is one ``exists``), reads its registration once, creates
     its channel in one request and checks no ``offsets/<t>``; the revoker reads no offset at its stop -- and the
     result is as safe: every partition fetched by exactly one member, as the owner znodes say."""
@@ -260,6 +327,9 @@ def _join_problems(
     owner_reads = [p for k, p in sent if k == "GetData" and p is not None and "/owners/" in p]
     if owner_reads:
         problems.append(f"the joiner read owner znodes: {owner_reads}")
+    offset_reads = [p for k, p in sent if k == "GetData" and p is not None and "/offsets/" in p]
+    if offset_reads:
+        problems.append(f"the joiner read committed offsets the revoker's acknowledgement carried: {offset_reads}")
     states = count("GetData", paths.group_state("g"))
     if states > commands:
         problems.append(f"the joiner read the state {states} times for {commands} commands written to it")

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from zkcoord.consumer.carried import carry
+from zkcoord.consumer.carried import carried_out, carry
+from zkcoord.consumer.owner_repair import Claim
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import CodecError
 from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.kip848 import AssignmentAck
 
 OWNERSHIP = {"t": {0: "g_h-1-0000000a-0", 1: "g_h-1-0000000a-0"}}
 
@@ -63,3 +65,68 @@ def test_only_versions_the_state_vouches_for_are_checked_instead_of_read() -> No
     assert carry(carried, ownership, {t1}, None) == {}
     assert carry(carried, ownership, {t0}, lambda _e: None) == {}
     assert carry(None, ownership, {t0}, None) == {}
+
+
+# --- committed offsets carried from a revoker's acknowledgement to the next owner's start -----------------------------
+
+
+def test_a_start_carries_committed_offsets_for_partitions_with_a_carried_version() -> None:
+    start = _start(versions={"t": {1: 4}}, offsets={"t": {1: (17, 3)}})
+    assert json.loads(start.encode())["offsets"] == {"t": {"1": [17, 3]}}
+    assert Command.decode(start.encode()).offsets == {"t": {1: (17, 3)}}
+    assert Command.decode(_start(versions={"t": {1: 4}}).encode()).offsets is None
+
+
+@pytest.mark.parametrize(
+    ("offsets", "reason"),
+    [
+        ({"t": {"0": [1, 1]}}, "does not give"),  # a partition without a carried owner version
+        ({"t": {"1": [1]}}, r"bad \[offset, version\]"),
+        ({"t": {"1": [-1, 1]}}, r"bad \[offset, version\]"),
+        ({"t": {"1": [1, 2**31]}}, r"bad \[offset, version\]"),
+        ({"t": {"1": [1, True]}}, r"bad \[offset, version\]"),
+        ({"t": {"x": [1, 1]}}, "bad partition"),
+        ({"t": [1]}, "must be an object"),
+        ([1], "must be an object"),
+    ],
+)
+def test_a_start_with_malformed_offsets_is_refused(offsets: Any, reason: str) -> None:
+    raw = json.loads(_start(versions={"t": {1: 4}}).encode())
+    raw["offsets"] = offsets
+    with pytest.raises(CodecError, match=reason):
+        Command.decode(json.dumps(raw).encode())
+
+
+def test_a_stop_carries_no_offsets() -> None:
+    raw = json.loads(Command(CommandOption.STOP_FETCHER, 3, 7, "g", {}, 1, revoke={"t": (0,)}).encode())
+    raw["offsets"] = {"t": {"0": [1, 1]}}
+    with pytest.raises(CodecError, match="start-fetcher only"):
+        Command.decode(json.dumps(raw).encode())
+
+
+def test_an_acknowledgement_carries_offsets_through_the_codec() -> None:
+    ack = AssignmentAck(99, offsets={"t": {0: (5, 2)}})
+    assert json.loads(ack.encode())["offsets"] == {"t": {"0": [5, 2]}}
+    assert AssignmentAck.decode(ack.encode()) == ack
+    assert "offsets" not in json.loads(AssignmentAck(99).encode())  # none: the data is as before
+    assert AssignmentAck.decode(AssignmentAck(99).encode()).offsets == {}
+    raw = json.loads(ack.encode())
+    raw["offsets"] = {"t": {"0": [5]}}
+    with pytest.raises(CodecError, match=r"bad \[offset, version\]"):
+        AssignmentAck.decode(json.dumps(raw).encode())
+
+
+def test_a_stop_carries_the_versions_its_own_transaction_leaves() -> None:
+    """A position written moves a known version by one (created: 0); one only checked keeps it; one not in the
+    transaction carries what we last committed; an unknown version or a partition not claimed is left out."""
+    t0, t1, t2, t3, t4, t5 = (TopicPartition("t", p) for p in range(6))
+    claims = {
+        t0: Claim("a-0", 1, 5, True, offset_version=4),  # written: 4 -> 5
+        t1: Claim("a-0", 1, None, False),  # created: 0
+        t2: Claim("a-0", 1, 9, True, offset_version=7),  # checked only (present): stays 7
+        t3: Claim("a-0", 1, 11, True, offset_version=2),  # not in the transaction: what we committed
+        t4: Claim("a-0", 1, 3, True),  # version unknown: left out
+    }
+    committed = {t0: 5, t2: 9, t3: 11, t4: 3}
+    out = carried_out(claims, committed, {t0, t1, t2, t3, t4, t5}, {t0: 6, t1: 1, t4: 4}, {t2: 9})
+    assert out == {"t": {0: (6, 5), 1: (1, 0), 2: (9, 7), 3: (11, 2)}}

@@ -8,16 +8,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zkcoord.coordinator.commands import Op
 from zkcoord.coordinator.kip848.model import (
     GroupModel,
     InFlight,
+    MemberStep,
     basis,
     compute_target,
     next_target,
     round_steps,
 )
-from zkcoord.layout.commands import CommandOption
-from zkcoord.layout.kip848 import GroupEpochs, MemberState, MemberTarget
+from zkcoord.coordinator.kip848.ops import carry_versions
+from zkcoord.layout import paths
+from zkcoord.layout.commands import Command, CommandOption
+from zkcoord.layout.kip848 import CurrentAssignment, GroupEpochs, MemberState, MemberTarget
 from zkcoord.layout.partition_set import PartitionSet
 from zkcoord.protocol.kip848 import partition_epochs
 
@@ -173,3 +177,23 @@ def test_the_target_on_the_change_equals_the_full_computation(changes: list[tupl
         expected = compute_target("uniform", members, topics, target)
         target, cache = next_target(cache, "uniform", members, topics, target)
         assert target == expected
+
+
+def test_a_start_carries_the_released_offsets_only_with_a_carried_owner_version() -> None:
+    """A grant's start carries the committed offset its previous holder's acknowledgement reported (with its offset
+    znode's version) only where it also carries the owner znode's version -- the member checks both in one
+    transaction; each reported offset is spent by the grant either way, so none is handed on twice."""
+    model = GroupModel("g", GroupEpochs(1, 1), {}, {}, {}, {}, {})
+    model.members["m"] = 1
+    owner0, owner1 = paths.owner("g", "t", 0), paths.owner("g", "t", 1)
+    model.owner_versions[owner0] = 3  # t/1's is not known (read back): no version, so no offset either
+    model.released = {("t", 0): (17, 4), ("t", 1): (23, 2)}
+    before = CurrentAssignment(1, 0, MemberState.STABLE)
+    after = CurrentAssignment(1, 0, MemberState.STABLE, PartitionSet({"t": [0, 1]}))
+    step = MemberStep("m", before, after, CommandOption.START_FETCHER)
+    start = Command(CommandOption.START_FETCHER, 1, 1, "g", {"t": {0: "m-0", 1: "m-0"}}, 0, incremental=True)
+    ops = [Op("set", owner0, b"m-0"), Op("set", owner1, b"m-0"), Op("set", paths.assignment("g", "m"), b"")]
+    carry_versions(model, ops, [(step, start, 2)])
+    sent = Command.decode(ops[2].data)
+    assert sent.versions == {"t": {0: 4}} and sent.offsets == {"t": {0: (17, 4)}}
+    assert model.released == {}

@@ -26,21 +26,27 @@ import contextlib
 
 from zkcoord.errors import NoNodeError
 from zkcoord.layout import paths
+from zkcoord.layout.carried_offsets import CarriedOffsets
 from zkcoord.layout.commands import assignment_zxid, encode_acknowledged
 from zkcoord.layout.kip848 import AssignmentAck
 from zkcoord.zk import Transaction, ZkClient
 
 
-def assignment_ack(command: str, *, record: bool = True) -> tuple[str, bytes] | None:
+def assignment_ack(
+    command: str, *, record: bool = True, offsets: CarriedOffsets | None = None
+) -> tuple[str, bytes] | None:
     """For a consumer-protocol assignment (``command`` is ``assignment/<c>/assignment-<zxid>``,
     :mod:`zkcoord.consumer.assignment`): its acknowledgement znode and what to write there -- the zxid of the write
-    handled, ``refused`` unless ``record``; None for a command of a channel."""
+    handled, ``refused`` unless ``record``, and a stop's ``offsets`` (the committed offsets of what it gives up, with
+    their offset znodes' versions: the coordinator carries them to the next owner); None for a command of a
+    channel."""
     parent, _, name = command.rpartition("/")
     parsed = paths.member_record_of(parent, "assignment")
     zxid = assignment_zxid(name)
     if parsed is None or zxid < 0:
         return None
-    return paths.ack(*parsed), AssignmentAck(zxid, refused=not record).encode()
+    carried = dict(offsets or {}) if record else {}
+    return paths.ack(*parsed), AssignmentAck(zxid, refused=not record, offsets=carried).encode()
 
 
 def ack_znode(command: str) -> str | None:
@@ -49,13 +55,15 @@ def ack_znode(command: str) -> str | None:
     return None if ack is None else ack[0]
 
 
-def add_acknowledgement(txn: Transaction, command: str, *, record: bool = True) -> None:
+def add_acknowledgement(
+    txn: Transaction, command: str, *, record: bool = True, offsets: CarriedOffsets | None = None
+) -> None:
     """Add to ``txn`` the acknowledgement of ``command`` (its path): its delete, then its channel's record of it
     (unless not ``record``: a refused command is only deleted).  The transaction fails with
     :class:`~zkcoord.errors.NoNodeError` for ``command`` if it is gone already.  A consumer-protocol assignment is
     acknowledged by one write of its acknowledgement znode instead (:func:`assignment_ack`; it exists: the command
-    thread created it before applying the assignment)."""
-    ack = assignment_ack(command, record=record)
+    thread created it before applying the assignment), carrying ``offsets`` (:func:`assignment_ack`)."""
+    ack = assignment_ack(command, record=record, offsets=offsets)
     if ack is not None:
         txn.set_data(*ack)
         return
@@ -66,13 +74,13 @@ def add_acknowledgement(txn: Transaction, command: str, *, record: bool = True) 
         txn.set_data(channel, recorded)
 
 
-def acknowledge(zk: ZkClient, command: str, *, record: bool = True) -> None:
-    """Acknowledge ``command`` alone (one transaction); already gone is fine.  ``record``: see
+def acknowledge(zk: ZkClient, command: str, *, record: bool = True, offsets: CarriedOffsets | None = None) -> None:
+    """Acknowledge ``command`` alone (one transaction); already gone is fine.  ``record`` and ``offsets``: see
     :func:`add_acknowledgement`.
 
     :raises ZkError: on I/O failure (the outcome may be unknown: acknowledging again is idempotent).
     """
-    ack = assignment_ack(command, record=record)
+    ack = assignment_ack(command, record=record, offsets=offsets)
     if ack is not None:
         try:
             zk.set(*ack)

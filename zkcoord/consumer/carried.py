@@ -18,6 +18,12 @@ the version that transaction leaves each owner znode at, and the start carries i
   -- an owner znode deleted and created again by hand up to the same version -- is the one every commit's check has
   always accepted (``zkcoord.consumer.offsets``' docstring).
 
+The same goes for the **committed offset** a partition starts from: the revoker's acknowledgement carries it with
+its offset znode's version as its stop's transaction left it (:func:`carried_out`), the coordinator hands it on in
+the start, and the new owner checks that version in the same transaction instead of reading the offset; every later
+write of the offset znode moves the version, so a check that passes says the carried offset is still the committed
+one, and one that fails sends the partition back to the read (``docs/protocol.md``, the assignment channel).
+
 Acknowledging before fetching starts is what the coordinator's rule allows: an acknowledged start reports owning its
 partitions, and the member applies no later command before it has started them.  Command thread.
 """
@@ -25,8 +31,10 @@ partitions, and the member applies no later command before it has started them. 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Set
+from typing import Any
 
 from zkcoord.consumer.acks import add_acknowledgement
+from zkcoord.consumer.owner_repair import Claim
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, NoNodeError
 from zkcoord.layout import paths
@@ -47,10 +55,16 @@ def carry(
     return {tp: v for tp, v in carried.items() if tp in ownership and tp in vouched and v >= 1}
 
 
-def check_carried(zk: ZkClient, group: str, versions: Mapping[TopicPartition, int], ack: str | None) -> bool:
-    """Check every owner znode of ``versions`` at its version, and acknowledge ``ack`` (a start's command path, or
-    None), in one transaction; True if it landed, False if a check (or the acknowledgement's znode) failed and
-    nothing landed.
+def check_carried(
+    zk: ZkClient,
+    group: str,
+    versions: Mapping[TopicPartition, int],
+    ack: str | None,
+    offsets: Mapping[TopicPartition, tuple[int, int]] | None = None,
+) -> bool:
+    """Check every owner znode of ``versions`` at its version, every offset znode of ``offsets`` at the version
+    carried with its committed offset, and acknowledge ``ack`` (a start's command path, or None), in one
+    transaction; True if it landed, False if a check (or the acknowledgement's znode) failed and nothing landed.
 
     :raises ZkError: on other I/O failure (the outcome may be unknown: the start is applied again, and checking
     and acknowledging again is idempotent).
@@ -58,6 +72,8 @@ def check_carried(zk: ZkClient, group: str, versions: Mapping[TopicPartition, in
     txn = zk.transaction()
     for tp, version in sorted(versions.items()):
         txn.check(paths.owner(group, tp.topic, tp.partition), version)
+    for tp, (_, version) in sorted((offsets or {}).items()):
+        txn.check(paths.offset(group, tp.topic, tp.partition), version)
     if ack is not None:
         add_acknowledgement(txn, ack)
     try:
@@ -65,3 +81,44 @@ def check_carried(zk: ZkClient, group: str, versions: Mapping[TopicPartition, in
     except (BadVersionError, NoNodeError):
         return False
     return True
+
+
+def carried_out(
+    claims: Mapping[TopicPartition, Claim],
+    committed: Mapping[TopicPartition, int],
+    releasing: Set[TopicPartition],
+    todo: Mapping[TopicPartition, int],
+    present: Mapping[TopicPartition, int],
+) -> dict[str, dict[int, tuple[int, int]]]:
+    """What a stop's acknowledgement carries for the next owner: the committed offsets of ``releasing`` (of our
+    ``claims``; ``committed``: what we last committed or read) with the versions their offset znodes are at once the
+    stop's transaction lands, which writes ``todo`` and checks that ``present`` exist: a set moves a known version
+    by one, a create leaves 0, a check leaves it.  A partition whose version we do not know is left out (the next
+    owner reads it); a wrong one only fails the next owner's check, which then reads."""
+    out: dict[str, dict[int, tuple[int, int]]] = {}
+    for tp in sorted(releasing):
+        c = claims.get(tp)
+        if c is None:
+            continue
+        version: int | None
+        if tp in todo:
+            offset: int | None = todo[tp]
+            base = c.offset_version
+            version = 0 if not c.offset_exists else None if base is None else base + 1
+        else:
+            offset = present[tp] if tp in present else committed.get(tp)
+            version = c.offset_version if c.offset_exists else None
+        if offset is not None and version is not None:
+            out.setdefault(tp.topic, {})[tp.partition] = (offset, version)
+    return out
+
+
+def version_of(results: list[Any], at: int) -> int | None:
+    """The version a transaction's write at index ``at`` left its znode at (a set: its stat's; a create: 0)."""
+    if not 0 <= at < len(results):
+        return None
+    result = results[at]
+    version = getattr(result, "version", None)
+    if isinstance(version, int):
+        return version
+    return 0 if isinstance(result, str) else None

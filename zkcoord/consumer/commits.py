@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 
 from zkcoord.consumer.core import ConsumerCore
@@ -41,10 +41,12 @@ class Commits:
         *,
         final: bool = False,
         verify: dict[TopicPartition, int] | None = None,
+        releasing: Set[TopicPartition] = frozenset(),
     ) -> dict[TopicPartition, int]:
         """Commit (``final``: the last commit of these partitions, written even if unchanged); with ``ack``, delete
         that command in the same transaction, and with ``handover`` set those partitions' owner znodes; ``verify``:
-        positions written only if their offset znode is gone (see :meth:`zkcoord.consumer.offsets.OffsetStore.commit`).
+        positions written only if their offset znode is gone; ``releasing``: a consumer-protocol stop's partitions,
+        whose committed offsets its acknowledgement carries (see :meth:`zkcoord.consumer.offsets.OffsetStore.commit`).
 
         :raises OffsetCommitFencedError: for partitions no longer ours (the others are committed, ``ack`` deleted);
             the command thread stops fetching them (:meth:`stop_fenced`).
@@ -54,7 +56,9 @@ class Commits:
         with self.lock:
             sent = c.clock()
             try:
-                written = c.offsets.commit(positions, ack=ack, handover=handover, final=final, verify=verify)
+                written = c.offsets.commit(
+                    positions, ack=ack, handover=handover, final=final, verify=verify, releasing=releasing
+                )
             except ZkError:
                 c.stats.commit_failures.inc()
                 raise
@@ -123,6 +127,7 @@ class Commits:
         *,
         lost: bool,
         verify: dict[TopicPartition, int] | None = None,
+        releasing: Set[TopicPartition] = frozenset(),
     ) -> bool:
         """Commit the positions of partitions just stopped, and those a failed try left; True if ``ack`` was
         deleted with them.  A ZooKeeper error propagates and keeps them for the redelivered command, which is not
@@ -132,7 +137,7 @@ class Commits:
         if lost:
             self.unsettled.clear()
             return False
-        acked = self.quietly(dict(self.unsettled), ack, handover, final=True, verify=verify)
+        acked = self.quietly(dict(self.unsettled), ack, handover, final=True, verify=verify, releasing=releasing)
         self.unsettled.clear()
         return acked
 
@@ -144,10 +149,11 @@ class Commits:
         *,
         final: bool = False,
         verify: dict[TopicPartition, int] | None = None,
+        releasing: Set[TopicPartition] = frozenset(),
     ) -> bool:
         """Commit, logging a fenced partition; True if ``ack`` was deleted with it.  :raises ZkError: as commit."""
         try:
-            self.commit(positions, ack, handover, final=final, verify=verify)
+            self.commit(positions, ack, handover, final=final, verify=verify, releasing=releasing)
         except OffsetCommitFencedError as e:
             log.warning("consumer %s: %s", self.c.consumer_id, e)
         return ack is not None

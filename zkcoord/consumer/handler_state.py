@@ -205,7 +205,9 @@ class HandlerState:
         """
         c = self.c
         if not self.lost:
-            self.commits.stopped(commit, stop.path, stop.handover, lost=False, verify=stop.verify)
+            # (a consumer-protocol stop's acknowledgement carries the committed offsets of what it gives up)
+            releasing = set(stop.partitions)
+            self.commits.stopped(commit, stop.path, stop.handover, lost=False, verify=stop.verify, releasing=releasing)
         if stop.eager:
             self.release()
         else:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 
 from zkcoord.consumer.acks import ack_znode, acknowledge, add_acknowledgement
-from zkcoord.consumer.carried import carry, check_carried
+from zkcoord.consumer.carried import carried_out, carry, check_carried, version_of
 from zkcoord.consumer.owner_repair import Claim, OwnerRepairs
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, CodecError, NodeExistsError, NoNodeError, ZkCoordError, ZkError
@@ -81,6 +81,7 @@ class OffsetStore(OwnerRepairs):
         wait: Callable[[WatchEvent], None] | None = None,
         repairable: Set[TopicPartition] = frozenset(),
         carried: Mapping[TopicPartition, int] | None = None,
+        offsets: Mapping[TopicPartition, tuple[int, int]] | None = None,
         ack: str | None = None,
     ) -> Claims:
         """Read owner versions and committed offsets of the partitions a start-fetcher gives us.
@@ -98,28 +99,24 @@ class OffsetStore(OwnerRepairs):
         ``repairable`` partitions are claimed by a check of that version, in one transaction with the start's
         acknowledgement ``ack``, instead of a read of each owner znode (``Claims.acked`` then).  A check that fails
         sends every carried partition back to the read above: nothing is claimed on a version not checked.
+        ``offsets``: committed offsets the start carries with their offset znodes' versions (the previous owner's
+        acknowledged stop left them so); those of partitions claimed by a carried version are checked at that
+        version in the same transaction instead of read, and read with the owner znodes if it fails.
         :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
-        checked = carry(carried, ownership, repairable, wait)
-        read = [tp for tp in tps if tp not in checked]
-        owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in read]
-        offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in tps]
         session = self.zk.session_id
-        reads = self.zk.get_many(owner_paths + offset_paths, watch=wait, watched=set(owner_paths))
-        owners = dict(zip(read, reads, strict=False))
-        offsets = dict(zip(tps, reads[len(read) :], strict=True))
-        self._ensure_parents(offsets)
-        acked = bool(checked) and check_carried(self.zk, self.group, checked, ack)
-        if checked and not acked:  # a carried version is not the owner znode's: read them all, as without one
-            owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in sorted(checked)]
-            owners.update(zip(sorted(checked), self.zk.get_many(owner_paths), strict=True))
-            checked = {}
+        checked = carry(carried, ownership, repairable, wait)
+        known = {tp: pair for tp, pair in (offsets or {}).items() if tp in checked}
+        owners, found, acked = self._read_claimed(tps, checked, known, wait, ack)
+        if checked and not acked:
+            checked, known = {}, {}
+        self._ensured |= {tp.topic for tp in known}  # (an offset znode found at its checked version: parent exists)
         claims: dict[TopicPartition, Claim] = {}
         problems: list[str] = []
         pending: set[TopicPartition] = set()
         for tp in tps:
-            owner, offset = owners.get(tp), offsets[tp]
+            owner, offset = owners.get(tp), found.get(tp)
             owner_path = paths.owner(self.group, tp.topic, tp.partition)
             holder: str | None
             if tp in checked:
@@ -141,8 +138,15 @@ class OffsetStore(OwnerRepairs):
             if holder != ownership[tp]:
                 problems.append(f"{owner_path}: owned by {holder}, not {ownership[tp]}")
                 continue
-            committed = self._committed_of(tp, offset, problems)
-            claims[tp] = Claim(ownership[tp], version, committed, offset is not None, session, czxid)
+            committed: int | None
+            offset_version: int | None
+            if tp in known:  # checked at its carried version with the acknowledgement
+                committed, offset_version = known[tp]
+            else:
+                committed = self._committed_of(tp, offset, problems)
+                offset_version = None if offset is None else offset[1].version
+            exists = tp in known or offset is not None
+            claims[tp] = Claim(ownership[tp], version, committed, exists, session, czxid, offset_version)
         with self._lock:
             if not add:
                 self._claims, self._committed = {}, {}
@@ -150,6 +154,37 @@ class OffsetStore(OwnerRepairs):
             self._uncertain -= set(claims)
             self._committed.update({tp: c.committed for tp, c in claims.items() if c.committed is not None})
         return Claims(claims, problems, pending, acked)
+
+    def _read_claimed(
+        self,
+        tps: list[TopicPartition],
+        checked: Mapping[TopicPartition, int],
+        known: Mapping[TopicPartition, tuple[int, int]],
+        wait: Callable[[WatchEvent], None] | None,
+        ack: str | None,
+    ) -> tuple[dict[TopicPartition, tuple[bytes, Stat] | None], dict[TopicPartition, tuple[bytes, Stat] | None], bool]:
+        """:meth:`claim`'s reads: the owner znodes of ``tps`` not ``checked`` and the offset znodes not ``known``
+        (one pipelined burst), then the transaction that checks the carried versions and acknowledges ``ack``; if
+        it fails, the owner and offset znodes of the carried partitions are read after all.  Returns what was read
+        of owners and offsets, and whether the transaction landed.  :raises ZkError: on I/O failure."""
+        read = [tp for tp in tps if tp not in checked]
+        unknown = [tp for tp in tps if tp not in known]
+        owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in read]
+        offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in unknown]
+        reads = self.zk.get_many(owner_paths + offset_paths, watch=wait, watched=set(owner_paths))
+        owners = dict(zip(read, reads, strict=False))
+        found = dict(zip(unknown, reads[len(read) :], strict=True))
+        self._ensure_parents(found)
+        acked = bool(checked) and check_carried(self.zk, self.group, checked, ack, known)
+        if checked and not acked:  # a carried version is not the znode's: read them all, as without one
+            again, offsets_again = sorted(checked), sorted(known)
+            owner_paths = [paths.owner(self.group, tp.topic, tp.partition) for tp in again]
+            offset_paths = [paths.offset(self.group, tp.topic, tp.partition) for tp in offsets_again]
+            reads = self.zk.get_many(owner_paths + offset_paths)
+            owners.update(zip(again, reads, strict=False))
+            found.update(zip(offsets_again, reads[len(again) :], strict=True))
+            self._ensure_parents(found)
+        return owners, found, acked
 
     def _ensure_parents(self, offsets: Mapping[TopicPartition, tuple[bytes, Stat] | None]) -> None:
         """Make sure ``offsets/<t>`` exists for each topic one of whose offset znodes a claim found absent, before
@@ -214,6 +249,7 @@ class OffsetStore(OwnerRepairs):
         *,
         final: bool = False,
         verify: Mapping[TopicPartition, int] | None = None,
+        releasing: Set[TopicPartition] = frozenset(),
     ) -> dict[TopicPartition, int]:
         """Commit ``positions`` (next offset to consume) of partitions we still own; return what was written.
 
@@ -228,7 +264,10 @@ class OffsetStore(OwnerRepairs):
         nothing to write; already gone is fine.  ``handover``: partitions (claimed by us, and no
         longer fetched) whose owner znode that same transaction sets to the given thread, conditional on the version
         we claimed -- the new owner starts them once it reads itself there, so after this commit (S2, S3).  Only
-        partitions we hold a claim on can be handed over; others are left out.
+        partitions we hold a claim on can be handed over; others are left out.  ``releasing``: the partitions a
+        consumer-protocol stop ``ack`` gives up: its acknowledgement carries each one's committed offset with the
+        version its offset znode is at once this transaction lands (:func:`zkcoord.consumer.carried.carried_out`),
+        for the next owner to check instead of reading.
         :raises OffsetCommitFencedError: for partitions we no longer own (the others are committed).
         :raises ZkError: on I/O failure (nothing is committed then).
         """
@@ -245,7 +284,7 @@ class OffsetStore(OwnerRepairs):
             alone: str | None = None  # an acknowledgement whose znode is gone: written alone, after the commit
             while todo or handing or present:
                 try:
-                    self._commit_once(todo, ack, handing, present)
+                    self._commit_once(todo, ack, handing, present, releasing)
                 except NodeExistsError as e:
                     # Our record said "absent" but the node exists (an earlier commit whose reply was lost):
                     # set it instead of creating it.
@@ -279,7 +318,8 @@ class OffsetStore(OwnerRepairs):
                 written.update(todo)
                 todo, handing, present = {}, {}, {}
             if ack is not None or alone is not None:  # nothing (left) to commit: acknowledge alone
-                acknowledge(self.zk, ack or alone or "")
+                carried = carried_out(self._claims, self._committed, releasing, {}, {})
+                acknowledge(self.zk, ack or alone or "", offsets=carried)
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
         return written
@@ -351,10 +391,11 @@ class OffsetStore(OwnerRepairs):
         ack: str | None,
         handover: Mapping[TopicPartition, str],
         present: Mapping[TopicPartition, int] | None = None,
+        releasing: Set[TopicPartition] = frozenset(),
     ) -> None:
         """One transaction: check every owner version (setting those handed over), write every offset, check that the
         offset znode of each of ``present`` exists (any version), acknowledge ``ack`` (deleted, and recorded in its
-        channel).  Lock held."""
+        channel; a consumer-protocol one carrying the committed offsets of ``releasing``).  Lock held."""
         txn = self.zk.transaction()
         for tp in sorted(present or {}):
             txn.check(paths.offset(self.group, tp.topic, tp.partition), -1)
@@ -364,18 +405,24 @@ class OffsetStore(OwnerRepairs):
                 txn.set_data(owner, encode_owner(handover[tp]), version)
             else:
                 txn.check(owner, version)
+        written: dict[TopicPartition, int] = {}  # the index of each offset's write in the transaction
         for tp in sorted(todo):
             path = paths.offset(self.group, tp.topic, tp.partition)
+            written[tp] = len(txn)
             if self._claims[tp].offset_exists:
                 txn.set_data(path, encode_int(todo[tp]))
             else:
                 txn.create(path, encode_int(todo[tp]))
         if ack is not None:
-            add_acknowledgement(txn, ack)  # the delete, and the channel's record of it (zkcoord.consumer.acks)
-        txn.commit()
+            # the delete, and the channel's record of it (zkcoord.consumer.acks); a stop's carries its offsets
+            carried = carried_out(self._claims, self._committed, releasing, todo, present or {})
+            add_acknowledgement(txn, ack, offsets=carried)
+        results = txn.commit()
         for tp, off in todo.items():
             c = self._claims[tp]
-            self._claims[tp] = dataclasses.replace(c, committed=off, offset_exists=True)
+            self._claims[tp] = dataclasses.replace(
+                c, committed=off, offset_exists=True, offset_version=version_of(results, written[tp])
+            )
             self._committed[tp] = off
 
     def _offset_exists(self, tp: TopicPartition, *, exists: bool) -> None:

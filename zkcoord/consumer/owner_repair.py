@@ -32,6 +32,9 @@ class Claim:
     session: int = 0
     #: the ``czxid`` of the owner znode the claim was read from (or repaired to)
     owner_czxid: int = 0
+    #: the version of the offset znode as last read or written by us (None: not known); a stop's acknowledgement
+    #: carries it with the committed offset, for the next owner to check instead of reading (issue 16)
+    offset_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,10 @@ class Starter:
         # (zkcoord.consumer.carried): then it is acknowledged already when this returns.
         carried = carried_versions(command) if incremental and not awaiting and c.bridge is None else {}
         ack = path if carried and assignment_ack(path) is not None else None
-        result = self._claim_and_fetch(now, name, incremental=incremental, vouched=vouched, carried=carried, ack=ack)
+        offsets = carried_offsets(command) if carried else {}
+        result = self._claim_and_fetch(
+            now, name, incremental=incremental, vouched=vouched, carried=carried, offsets=offsets, ack=ack
+        )
         if result.acked:
             self.s.landed = name
         claimed = len(result.claims)
@@ -119,12 +122,14 @@ class Starter:
         awaited: bool = False,
         vouched: dict[TopicPartition, str] | None = None,
         carried: dict[TopicPartition, int] | None = None,
+        offsets: dict[TopicPartition, tuple[int, int]] | None = None,
         ack: str | None = None,
     ) -> Claims:
         """Claim ``ownership`` for start-fetcher ``name`` and start fetching what was claimed (beside what is
         fetched already, or instead of it when not ``incremental``).  ``awaited``: partitions handed over by their
-        previous owner (see :meth:`OffsetStore.claim`'s ``wait``); ``vouched``: see :meth:`start`; ``carried`` and
-        ``ack``: the start's owner versions, checked with its acknowledgement (:meth:`OffsetStore.claim`)."""
+        previous owner (see :meth:`OffsetStore.claim`'s ``wait``); ``vouched``: see :meth:`start`; ``carried``,
+        ``offsets`` and ``ack``: the start's owner versions and committed offsets, checked with its acknowledgement
+        (:meth:`OffsetStore.claim`)."""
         c = self.c
         repairable = {tp for tp, thread in (vouched or {}).items() if ownership.get(tp) == thread}
         result = c.offsets.claim(
@@ -133,6 +138,7 @@ class Starter:
             wait=c.on_owner_changed if awaited else None,
             repairable=repairable,
             carried=carried,
+            offsets=offsets,
             ack=ack,
         )
         self.s.commits.journal_repairs()
@@ -274,3 +280,9 @@ class Starter:
 def carried_versions(command: Command) -> dict[TopicPartition, int]:
     """The owner znode versions a consumer-protocol start carries (:mod:`zkcoord.consumer.carried`)."""
     return {TopicPartition(t, p): v for t, parts in (command.versions or {}).items() for p, v in parts.items()}
+
+
+def carried_offsets(command: Command) -> dict[TopicPartition, tuple[int, int]]:
+    """The committed offsets, with their offset znodes' versions, a consumer-protocol start carries
+    (:mod:`zkcoord.consumer.carried`)."""
+    return {TopicPartition(t, p): pair for t, parts in (command.offsets or {}).items() for p, pair in parts.items()}

@@ -8,7 +8,7 @@ shares for a group's target); the channel znode's own data, the last command its
 :class:`~zkcoord.errors.CodecError` on anything malformed (S7).
 
 Pure: no I/O, no clock.  May import :mod:`zkcoord.errors`, :mod:`zkcoord.layout.names` and
-:mod:`zkcoord.layout.znodes` (the shared format).
+:mod:`zkcoord.layout.znodes` (the shared format), :mod:`zkcoord.layout.carried_offsets`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Self
 
 from zkcoord.errors import CodecError, InvalidNameError
+from zkcoord.layout.carried_offsets import CarriedOffsets, decode_carried, encode_carried
 from zkcoord.layout.names import MAX_PARTITIONS, validate_group, validate_topic
 from zkcoord.layout.znodes import FORMAT_VERSION, INT_TEXT, dump_object, get_field, load_object, nonneg_int
 
@@ -84,7 +85,10 @@ class Command:
     ``versions`` on a consumer-protocol ``start-fetcher`` (issue 16): for partitions of ``ownership`` whose owner
     znode the transaction that wrote this command also wrote, the version that transaction left it at.  The member
     claims them by a check of that version in the transaction that acknowledges, instead of reading each owner
-    znode; a check that fails sends it back to reading them (``zkcoord.consumer.carried``).
+    znode; a check that fails sends it back to reading them (``zkcoord.consumer.carried``).  ``offsets``, for
+    partitions of ``versions`` only: each one's committed offset and its offset znode's version, as the previous
+    owner's acknowledged stop left them (:mod:`~zkcoord.layout.carried_offsets`); checked in that same transaction
+    instead of read.
     """
 
     option: CommandOption
@@ -99,6 +103,7 @@ class Command:
     handover: Ownership | None = None
     awaiting: Mapping[str, tuple[int, ...]] | None = None
     versions: Mapping[str, Mapping[int, int]] | None = None
+    offsets: CarriedOffsets | None = None
 
     def encode(self) -> bytes:
         obj: dict[str, Any] = {
@@ -119,6 +124,8 @@ class Command:
                 obj["versions"] = {
                     t: {str(p): v for p, v in sorted(ps.items())} for t, ps in sorted(self.versions.items())
                 }
+            if self.offsets and any(self.offsets.values()):
+                obj["offsets"] = encode_carried(self.offsets)
         elif self.revoke is not None:
             obj["revoke"] = {t: sorted(ps) for t, ps in sorted(self.revoke.items())}
             if self.handover:
@@ -147,14 +154,16 @@ class Command:
         incremental = obj.get("incremental", False)
         if not isinstance(incremental, bool):
             raise CodecError(what, "field 'incremental' must be a boolean", path)
-        versions = None
+        versions, offsets = None, None
         if option is CommandOption.START_FETCHER:
             ownership, awaiting = _decode_start(obj, incremental, what, path)
             versions = _decode_versions(obj["versions"], ownership, what, path) if "versions" in obj else None
+            if "offsets" in obj:
+                offsets = decode_carried(obj["offsets"], what, path, within=versions or {})
             revoke, handover = None, None
         else:
-            if "versions" in obj:
-                raise CodecError(what, "'versions' belongs to start-fetcher only", path)
+            if "versions" in obj or "offsets" in obj:
+                raise CodecError(what, "'versions' and 'offsets' belong to start-fetcher only", path)
             revoke, handover = _decode_stop(obj, incremental, what, path)
             ownership, awaiting = {}, None
         return cls(
@@ -170,6 +179,7 @@ class Command:
             handover=handover,
             awaiting=awaiting,
             versions=versions,
+            offsets=offsets,
         )
 
 

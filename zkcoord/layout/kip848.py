@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Self, TypeVar
 
 from zkcoord.errors import CodecError, InvalidNameError
+from zkcoord.layout.carried_offsets import CarriedOffsets, decode_carried, encode_carried
 from zkcoord.layout.names import MAX_PARTITIONS, validate_topic
 from zkcoord.layout.partition_set import NO_PARTITIONS, PartitionSet
 from zkcoord.layout.znodes import FORMAT_VERSION, dump_object, get_field, load_object
@@ -277,28 +278,36 @@ class AssignmentAck:
     the ``mzxid`` of the assignment it handled -- the zxid of the coordinator's transaction that wrote it, so it
     names one write, never another (versions start over when a znode is created again; zxids never do).  ``refused``:
     the member read it and did not apply it (malformed, stale, forged, meant for another registration); the
-    coordinator takes its command for lost and writes it again.
+    coordinator takes its command for lost and writes it again.  ``offsets``: with a stop's acknowledgement, the
+    committed offset of each partition given up and the version of the offset znode holding it, as the stop's own
+    transaction leaves them (:mod:`~zkcoord.layout.carried_offsets`; absent from the data when empty): the
+    coordinator carries them on to the partitions' next owner.
 
     :raises ValueError: a negative zxid.
     """
 
     assignment: int
     refused: bool = False
+    offsets: CarriedOffsets = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.assignment < 0:
             raise ValueError(f"an assignment's zxid must be >= 0, got {self.assignment}")
 
     def encode(self) -> bytes:
-        return dump_object({"version": FORMAT_VERSION, "assignment": self.assignment, "refused": self.refused})
+        obj: dict[str, Any] = {"version": FORMAT_VERSION, "assignment": self.assignment, "refused": self.refused}
+        if any(self.offsets.values()):
+            obj["offsets"] = encode_carried(self.offsets)
+        return dump_object(obj)
 
     @classmethod
     def decode(cls, data: bytes | None, path: str | None = None) -> Self:
         what = "assignment acknowledgement"
-        obj = _load(what, data, path, ("assignment", "refused"))
+        obj = _load(what, data, path, ("assignment", "refused"), optional=("offsets",))
         assignment: int = get_field(obj, "assignment", int, what, path)
         refused: bool = get_field(obj, "refused", bool, what, path)
-        return _build(cls, what, path, assignment=assignment, refused=refused)
+        offsets = decode_carried(obj["offsets"], what, path) if "offsets" in obj else {}
+        return _build(cls, what, path, assignment=assignment, refused=refused, offsets=offsets)
 
 
 def encode_partitions(partitions: PartitionSet) -> dict[str, list[int]]:
@@ -336,9 +345,11 @@ def decode_partitions(raw: Any, name: str, what: str, path: str | None) -> Parti
     return PartitionSet(out)
 
 
-def _load(what: str, data: bytes | None, path: str | None, fields: tuple[str, ...]) -> dict[str, Any]:
+def _load(
+    what: str, data: bytes | None, path: str | None, fields: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
     obj = load_object(what, data, path)
-    unknown = sorted(set(obj) - {"version", *fields})
+    unknown = sorted(set(obj) - {"version", *fields, *optional})
     if unknown:
         raise CodecError(what, f"unknown field {unknown[0][:40]!r}", path)
     for name in fields:

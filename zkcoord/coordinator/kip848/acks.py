@@ -131,6 +131,21 @@ class Acknowledgements(ABC):
             model.resend[member] = inflight.option
         elif inflight.option is CommandOption.STOP_FETCHER:
             model.must_stop.discard(member)
+            _keep_released(model, member, ack)
         # The round waits for the worker's batch of events to end (:meth:`Reconciler.flush`): acknowledgements that
         # arrived together are answered by one round, in one write.
         self._dirty.add(model.group)
+
+
+def _keep_released(model: GroupModel, member: str, ack: AssignmentAck) -> None:
+    """A stop's acknowledgement carries the committed offsets of what it gave up (with their offset znodes'
+    versions): kept for the start that grants each partition next (``ops.carry_versions``), for partitions the
+    member held only.  The new owner checks each version before it fetches, so
+    a value that is wrong or has gone stale since costs it a read, nothing else."""
+    current = model.currents.get(member)
+    if current is None:
+        return
+    for topic, parts in ack.offsets.items():
+        for p, pair in parts.items():
+            if current.pending_revocation.has(topic, p) or current.assigned.has(topic, p):
+                model.released[(topic, p)] = pair

@@ -122,6 +122,10 @@ class GroupModel:
     #: owner znode path -> the version this model's last write left it at (absent: not known, as read back): a
     #: start carries the version its own transaction leaves each granted partition's owner znode at
     owner_versions: dict[str, int] = field(default_factory=dict)
+    #: (topic, partition) -> (committed offset, offset znode version) as the acknowledged stop of its last holder
+    #: left them (its acknowledgement carries them): the start that grants the partition carries them on, and the
+    #: new owner checks them instead of reading its offset (issue 16; absent: not known, the new owner reads)
+    released: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
 
     def stable(self) -> bool:
         """Every member reconciled to the assignment epoch, and nothing in flight (KIP-848's STABLE group)."""

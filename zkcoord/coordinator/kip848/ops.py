@@ -110,7 +110,9 @@ def carry_versions(model: GroupModel, ops: list[Op], starts: list[tuple[MemberSt
     known: created in it (then set: 1), or set from a version the model knows (its last write's result, plus one per
     set).  The member claims those partitions by checking that version instead of reading each owner znode
     (``zkcoord.consumer.carried``); a version mispredicted (an owner znode rewritten by hand since) fails the check
-    and sends it back to reading.  Rewrites the assignment ops in place."""
+    and sends it back to reading.  With each such partition the start also carries the committed offset and offset
+    znode version its previous holder's acknowledged stop reported (``model.released``, spent here), which the
+    member checks the same way instead of reading the offset.  Rewrites the assignment ops in place."""
     after: dict[str, int | None] = {}
     for op in ops:
         if op.kind == "create":
@@ -122,13 +124,18 @@ def carry_versions(model: GroupModel, ops: list[Op], starts: list[tuple[MemberSt
             after[op.path] = None
     for step, start, at in starts:
         versions: dict[str, dict[int, int]] = {}
+        offsets: dict[str, dict[int, tuple[int, int]]] = {}
         for topic, parts in sorted(step.granted.items()):
             for p in sorted(parts):
                 version = after.get(paths.owner(model.group, topic, p))
+                released = model.released.pop((topic, p), None)
                 if version is not None:
                     versions.setdefault(topic, {})[p] = version
+                    if released is not None:
+                        offsets.setdefault(topic, {})[p] = released
         if versions:
-            ops[at] = Op(ops[at].kind, ops[at].path, dataclasses.replace(start, versions=versions).encode())
+            carried = dataclasses.replace(start, versions=versions, offsets=offsets or None)
+            ops[at] = Op(ops[at].kind, ops[at].path, carried.encode())
 
 
 def cleanup_ops(model: GroupModel) -> list[Op]:
