@@ -24,7 +24,7 @@ from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
 from zkcoord.layout.commands import Command
 from zkcoord.layout.kip848 import AssignmentAck
-from zkcoord.layout.znodes import encode_int
+from zkcoord.layout.znodes import decode_int, encode_int
 from zkcoord.testbed.procs import wait_until
 from zkcoord.zk import ZkClient, ZkConfig
 
@@ -212,6 +212,19 @@ def test_a_stops_acknowledgement_carries_the_offsets_it_leaves(member: ZkClient)
     assert ack.offsets == {"t": {0: (8, stat.version)}}
     store.commit({TP: 8}, ack=_stop_of(member), final=True, releasing={TP})  # unchanged: only checked
     assert AssignmentAck.decode(member.get(paths.ack(G, A))[0]).offsets == {"t": {0: (8, stat.version)}}
+
+
+def test_a_stop_carries_what_the_revoke_callback_committed_not_the_position_it_expected(member: ZkClient) -> None:
+    """``poll()``'s auto-commit committed 5 and the parked stop expects 5 still committed (``verify``), but the
+    application's ``on_partitions_revoked`` committed 3 (Kafka's ``commitSync(Map)`` inside the callback): the
+    acknowledgement carries 3 with the version that write left, never 5 at it -- the next owner would start at 5
+    and skip 3-4 (S3; found in review)."""
+    store = _claimed(member)
+    store.commit({TP: 3})
+    store.commit({}, ack=_stop_of(member), final=True, verify={TP: 5}, releasing={TP})
+    data, stat = member.get(paths.offset(G, "t", 0))
+    ack = AssignmentAck.decode(member.get(paths.ack(G, A))[0])
+    assert ack.offsets == {"t": {0: (decode_int("offset", data), stat.version)}} == {"t": {0: (3, 1)}}
 
 
 def test_carried_offsets_claim_without_any_read(member: ZkClient, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,6 +38,7 @@ from zkcoord.consumer.owner_repair import Claim
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.errors import BadVersionError, NoNodeError
 from zkcoord.layout import paths
+from zkcoord.layout.carried_offsets import MAX_VERSION
 from zkcoord.zk import ZkClient
 
 
@@ -85,16 +86,19 @@ def check_carried(
 
 def carried_out(
     claims: Mapping[TopicPartition, Claim],
-    committed: Mapping[TopicPartition, int],
     releasing: Set[TopicPartition],
     todo: Mapping[TopicPartition, int],
-    present: Mapping[TopicPartition, int],
 ) -> dict[str, dict[int, tuple[int, int]]]:
     """What a stop's acknowledgement carries for the next owner: the committed offsets of ``releasing`` (of our
-    ``claims``; ``committed``: what we last committed or read) with the versions their offset znodes are at once the
-    stop's transaction lands, which writes ``todo`` and checks that ``present`` exist: a set moves a known version
-    by one, a create leaves 0, a check leaves it.  A partition whose version we do not know is left out (the next
-    owner reads it); a wrong one only fails the next owner's check, which then reads."""
+    ``claims``) with the versions their offset znodes are at once the stop's transaction lands, which writes
+    ``todo``: a set moves a known version by one, a create leaves 0; a partition not written keeps the value and
+    the version its claim last committed or read *together* (never a position the application only expected to be
+    committed: an ``on_partitions_revoked`` may have committed another value since, at the version we know).  A
+    partition whose version we do not know is left out: the next owner reads it; a wrong version only fails the
+    next owner's check, which then reads.  Version 0 is carried (unlike an owner znode's, which the coordinator
+    deletes and creates again as generations pass): an offset znode is deleted only by ``group delete`` and
+    ``group reset-offsets``, which refuse a group with members, or by the members themselves, which write the value
+    they carry."""
     out: dict[str, dict[int, tuple[int, int]]] = {}
     for tp in sorted(releasing):
         c = claims.get(tp)
@@ -106,9 +110,9 @@ def carried_out(
             base = c.offset_version
             version = 0 if not c.offset_exists else None if base is None else base + 1
         else:
-            offset = present[tp] if tp in present else committed.get(tp)
+            offset = c.committed
             version = c.offset_version if c.offset_exists else None
-        if offset is not None and version is not None:
+        if offset is not None and version is not None and 0 <= version <= MAX_VERSION:
             out.setdefault(tp.topic, {})[tp.partition] = (offset, version)
     return out
 

@@ -318,7 +318,7 @@ class OffsetStore(OwnerRepairs):
                 written.update(todo)
                 todo, handing, present = {}, {}, {}
             if ack is not None or alone is not None:  # nothing (left) to commit: acknowledge alone
-                carried = carried_out(self._claims, self._committed, releasing, {}, {})
+                carried = carried_out(self._claims, releasing, {})
                 acknowledge(self.zk, ack or alone or "", offsets=carried)
         if fenced:
             raise OffsetCommitFencedError(self.group, sorted(set(fenced)), written)
@@ -415,7 +415,7 @@ class OffsetStore(OwnerRepairs):
                 txn.create(path, encode_int(todo[tp]))
         if ack is not None:
             # the delete, and the channel's record of it (zkcoord.consumer.acks); a stop's carries its offsets
-            carried = carried_out(self._claims, self._committed, releasing, todo, present or {})
+            carried = carried_out(self._claims, releasing, todo)
             add_acknowledgement(txn, ack, offsets=carried)
         results = txn.commit()
         for tp, off in todo.items():
@@ -431,7 +431,9 @@ class OffsetStore(OwnerRepairs):
         if not exists:
             self.zk.ensure_path(paths.offsets(self.group, tp.topic))
         c = self._claims[tp]
-        self._claims[tp] = dataclasses.replace(c, offset_exists=exists)
+        # The version known is no longer the znode's (gone, or written by someone else): nothing is carried or
+        # checked at it until a write of ours or a read says it again.
+        self._claims[tp] = dataclasses.replace(c, offset_exists=exists, offset_version=None)
 
     def _recheck_other_znodes(
         self, todo: dict[TopicPartition, int], handing: dict[TopicPartition, str], fenced: list[TopicPartition]

@@ -281,7 +281,9 @@ class AssignmentAck:
     coordinator takes its command for lost and writes it again.  ``offsets``: with a stop's acknowledgement, the
     committed offset of each partition given up and the version of the offset znode holding it, as the stop's own
     transaction leaves them (:mod:`~zkcoord.layout.carried_offsets`; absent from the data when empty): the
-    coordinator carries them on to the partitions' next owner.
+    coordinator carries them on to the partitions' next owner.  They are an optimisation (the next owner reads what
+    is not carried), so bad ``offsets`` do not make the acknowledgement bad: :meth:`decode` leaves them out and says
+    why in ``offsets_refused``.
 
     :raises ValueError: a negative zxid.
     """
@@ -289,6 +291,8 @@ class AssignmentAck:
     assignment: int
     refused: bool = False
     offsets: CarriedOffsets = field(default_factory=dict)
+    #: why the data's ``offsets`` were left out (not part of the data; None: none were, or they were fine)
+    offsets_refused: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.assignment < 0:
@@ -306,8 +310,16 @@ class AssignmentAck:
         obj = _load(what, data, path, ("assignment", "refused"), optional=("offsets",))
         assignment: int = get_field(obj, "assignment", int, what, path)
         refused: bool = get_field(obj, "refused", bool, what, path)
-        offsets = decode_carried(obj["offsets"], what, path) if "offsets" in obj else {}
-        return _build(cls, what, path, assignment=assignment, refused=refused, offsets=offsets)
+        offsets: CarriedOffsets = {}
+        offsets_refused = None
+        if "offsets" in obj:
+            try:
+                offsets = decode_carried(obj["offsets"], what, path)
+            except CodecError as e:
+                offsets_refused = str(e)
+        return _build(
+            cls, what, path, assignment=assignment, refused=refused, offsets=offsets, offsets_refused=offsets_refused
+        )
 
 
 def encode_partitions(partitions: PartitionSet) -> dict[str, list[int]]:

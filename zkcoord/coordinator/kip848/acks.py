@@ -101,6 +101,9 @@ class Acknowledgements(ABC):
             # acknowledgement overwrites it, and a revocation's deadline still runs.
             self.journal.emit("input.rejected", what="assignment acknowledgement", path=path, reason=str(e))
             return
+        if ack.offsets_refused is not None:
+            # Only the carried offsets are bad: the acknowledgement stands, and the next owner reads its offsets.
+            self.journal.emit("input.rejected", what="carried offsets", path=path, reason=ack.offsets_refused)
         if ack.assignment < inflight.zxid:
             return  # stale: an earlier assignment's (a retry that landed late): the one in flight is still due
         lost = "refused" if ack.refused else "overwritten" if ack.assignment > inflight.zxid else ""
@@ -139,13 +142,13 @@ class Acknowledgements(ABC):
 
 def _keep_released(model: GroupModel, member: str, ack: AssignmentAck) -> None:
     """A stop's acknowledgement carries the committed offsets of what it gave up (with their offset znodes'
-    versions): kept for the start that grants each partition next (``ops.carry_versions``), for partitions the
-    member held only.  The new owner checks each version before it fetches, so
-    a value that is wrong or has gone stale since costs it a read, nothing else."""
+    versions): kept for the start that grants each partition next (``ops.carry_versions``), for the partitions this
+    stop revoked only (an entry for any other is not the stop's to give).  The new owner checks each version before
+    it fetches, so a value that is wrong or has gone stale since costs it a read, nothing else."""
     current = model.currents.get(member)
     if current is None:
         return
     for topic, parts in ack.offsets.items():
         for p, pair in parts.items():
-            if current.pending_revocation.has(topic, p) or current.assigned.has(topic, p):
+            if current.pending_revocation.has(topic, p):
                 model.released[(topic, p)] = pair
