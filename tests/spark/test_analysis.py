@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from tests.spark.journals import DAMAGE, EXPECTED, OUTSIDE_DIALECT, VIOLATION_LOST
 from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
+from zkcoord.analysis.pipeline import region_input
 from zkcoord.bench.analyze_python import python_verdict
 from zkcoord.runtime.journal import ReadStats, read_journal
 
@@ -165,3 +167,15 @@ def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
     with pytest.raises(SparkUnavailableError, match=r"Java not found.*needs Java 17"):
         session.get_spark("local[1]")
+
+
+def test_s8_plans_are_pruned_where_no_journal_holds_a_region_event(spark: SparkSession) -> None:
+    """Without a ``region.*`` event S8's plans read an empty relation, which the optimizer knows to be empty (their
+    jobs are pruned, not run); with one they read the events."""
+    other = spark.range(3).select(F.lit("consumer.registered").alias("ev"), F.col("id"))
+
+    def optimized(df: DataFrame) -> str:
+        return str(df._jdf.queryExecution().optimizedPlan().toString())
+
+    assert "LocalRelation <empty>" in optimized(region_input(other, {"consumer.registered", "produce.records"}))
+    assert "LocalRelation <empty>" not in optimized(region_input(other, {"consumer.registered", "region.joined"}))
