@@ -8,10 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from tests.spark.journals import DAMAGE, EXPECTED, OUTSIDE_DIALECT, VIOLATION_LOST
 from zkcoord.analysis import JournalRefusedError, NoJournalError, SparkUnavailableError, Verdict, run_analysis
+from zkcoord.analysis.pipeline import journalled
 from zkcoord.bench.analyze_python import python_verdict
 from zkcoord.runtime.journal import ReadStats, read_journal
 
@@ -165,3 +167,20 @@ def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", "/nonexistent/jdk")
     with pytest.raises(SparkUnavailableError, match=r"Java not found.*needs Java 17"):
         session.get_spark("local[1]")
+
+
+def test_plans_of_an_event_type_no_journal_holds_are_pruned(spark: SparkSession) -> None:
+    """Without a ``region.*`` event S8's plans read an empty relation, which the optimizer knows to be empty (their
+    jobs are pruned, not run); with one they read the events.  The same for ``records.processed``."""
+    other = spark.range(3).select(F.lit("consumer.registered").alias("ev"), F.col("id"))
+
+    def optimized(df: DataFrame) -> str:
+        return str(df._jdf.queryExecution().optimizedPlan().toString())
+
+    assert "LocalRelation <empty>" in optimized(
+        journalled(other, {"consumer.registered", "produce.records"}, "region.")
+    )
+    assert "LocalRelation <empty>" not in optimized(
+        journalled(other, {"consumer.registered", "region.joined"}, "region.")
+    )
+    assert "LocalRelation <empty>" in optimized(journalled(other, {"records.consumed"}, "records.processed"))

@@ -228,8 +228,8 @@ def read_summary(classified: DataFrame) -> DataFrame:
     """Everything the reader has to say about a run, in one small aggregation.
 
     One row per ``run, role, pid, skip, unknown_ev`` (``unknown_ev`` is the ``ev`` of an ``unknown_event`` line):
-    ``lines``, ``seq_lines`` (lines with a sequence number), ``max_seq``, and over usable events ``first_ts`` and
-    ``last_ts``.  :func:`fold_summary` turns it into counts per run.
+    ``lines``, ``seq_lines`` (lines with a sequence number), ``max_seq``, and over usable events ``first_ts``,
+    ``last_ts`` and ``types`` (the event types).  :func:`fold_summary` turns it into counts per run.
     """
     ok = F.col("skip").isNull()
     unknown_ev = F.when(F.col("skip") == "unknown_event", F.col("ev"))
@@ -239,18 +239,22 @@ def read_summary(classified: DataFrame) -> DataFrame:
         F.max("seq").alias("max_seq"),
         F.min(F.when(ok, F.col("ts"))).alias("first_ts"),
         F.max(F.when(ok, F.col("ts"))).alias("last_ts"),
+        F.collect_set(F.when(ok, F.col("ev"))).alias("types"),
     )
 
 
 def fold_summary(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
     """Per run: ``lines``, ``events``, a count per skip reason, ``unknown_types`` (ev -> count), ``seq_gaps``
-    (sequence numbers missing per process: lost or unreadable lines), ``first_ts`` and ``last_ts``."""
+    (sequence numbers missing per process: lost or unreadable lines), ``first_ts``, ``last_ts`` and ``types`` (the
+    set of usable events' types)."""
     runs: dict[str, dict[str, Any]] = {}
     processes: dict[tuple[str, str, int], list[int]] = {}
     for row in rows:
         r = runs.setdefault(
-            row["run"], {"lines": 0, "events": 0, "unknown_types": {}, "first_ts": None, "last_ts": None}
+            row["run"],
+            {"lines": 0, "events": 0, "unknown_types": {}, "first_ts": None, "last_ts": None, "types": set()},
         )
+        r["types"].update(row["types"] or ())
         r["lines"] += row["lines"]
         skip = row["skip"]
         if skip is None:

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -209,13 +209,15 @@ def _analyse(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say:
         for name in reads
     ]
     bounds = spark.range(1).select(F.inline(F.array(*rows)))
+    types = frozenset[str]().union(*(stats[name]["types"] for name in reads))
     inputs = _Inputs(
         reads=reads,
         first_ts={name: int(stats[name]["first_ts"]) for name in reads},
+        types=types,
         bounds=bounds,
         produced=tables.produced_ranges(load.of_kind(events, "produced")),
         consumed=tables.consumed_ranges(load.of_kind(events, "consumed")),
-        processed=tables.processed_ranges(load.of_kind(events, "processed")),
+        processed=journalled(tables.processed_ranges(load.of_kind(events, "processed")), types, "records.processed"),
         # read where it lies: the events table is partitioned by kind, so this reads the other kinds' files only
         other=load.of_kind(events, "other"),
     )
@@ -228,6 +230,7 @@ class _Inputs:
 
     reads: dict[str, ReadCounts]
     first_ts: dict[str, int]
+    types: frozenset[str]  # the types of the usable events, over all runs
     bounds: DataFrame  # run, first_ts, last_ts
     produced: DataFrame
     consumed: DataFrame
@@ -235,8 +238,21 @@ class _Inputs:
     other: DataFrame
 
 
+def journalled(df: DataFrame, types: Iterable[str], prefix: str) -> DataFrame:
+    """``df`` if the journals hold an event whose type starts with ``prefix`` (``types``: the read summary's), else
+    an empty relation (``limit(0)``), on which the optimizer prunes the scans, joins and broadcast jobs of every plan
+    built on it: the same code gives the same empty results without running jobs that would find nothing.
+
+    For the inputs of whole checks a journal may lack: S8's region events (the ``region_state`` table, S8's
+    numbers, the region marks of S4's duplicates; a dozen jobs), ``records.processed`` (S3-risk, the groups judged
+    on processed records) and ``produce.records`` (S8's records).
+    """
+    return df if any(t.startswith(prefix) for t in types) else df.limit(0)
+
+
 def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: Say, i: _Inputs) -> _Result:
     produced, consumed, processed, other, bounds = i.produced, i.consumed, i.processed, i.other, i.bounds
+    region_events = journalled(other, i.types, "region.")
     say("computing ownership intervals and merging offset ranges")
     tables_dir = out / "tables"
 
@@ -270,7 +286,10 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         writing("progress", tables.progress(produced, consumed, bounds)),
     )
     consumed_merged = group_merged.where(F.col("source") == "consumed").drop("source")
-    processed_merged = group_merged.where(F.col("source") == "processed").drop("source")
+    # (the checkpoint hides from the optimizer that there is nothing processed where no journal holds a range of it)
+    processed_merged = journalled(
+        group_merged.where(F.col("source") == "processed").drop("source"), i.types, "records.processed"
+    )
     # S3 and S4 judge a group on what its application processed if it journals that, else on what it consumed.
     groups = consumption.processing_groups(processed_merged)
     judged_merged = consumption.judged(consumed_merged, processed_merged, groups)
@@ -289,17 +308,17 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
     # S3-risk: what consumers with auto-commit off committed before their application processed it
     commits = checks.judged_commits(other, groups)
     # S8: the states of a consistent region's checkpoints against the records produced (region runs only)
-    records = regions.produced_records(other)
+    records = journalled(regions.produced_records(other), i.types, "produce.records")
     say(f"writing tables to {tables_dir}")
     missing, duplicates, unprocessed, region_state, overlaps, outside = _together(
         writing("missing_ranges", consumption.missing_ranges(expected, judged_merged, groups)),
         # a group in a consistent region consumes again after each reset by design: S8 judges it, not S4
         writing(
             "duplicate_ranges",
-            regions.mark_region_groups(consumption.duplicate_ranges(judged_merged, tails, groups), other),
+            regions.mark_region_groups(consumption.duplicate_ranges(judged_merged, tails, groups), region_events),
         ),
         writing("committed_unprocessed", checks.committed_unprocessed(commits, consumed, processed)),
-        writing("region_state", regions.state_violations(other, records)),
+        writing("region_state", regions.state_violations(region_events, records)),
         writing("overlaps", checks.with_grants(checks.overlaps(intervals), other)),
         # Deliveries outside ownership can be many (an unsafe run): written in parallel.
         writing("outside_ownership", checks.outside_ownership(consumed, intervals)),
@@ -332,7 +351,7 @@ def _judge(spark: SparkSession, runs: Sequence[load.RunInput], out: Path, say: S
         rebalances=rebalances,
         faults=faults,
         region_state=region_state,
-        region_summary=regions.region_summary(other, records),
+        region_summary=regions.region_summary(region_events, records),
         judged=judged,
         events=other,
     )
