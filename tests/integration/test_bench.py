@@ -207,7 +207,11 @@ def test_small_run_of_every_protocol_settles_every_change(zk_hosts: str, tmp_pat
         assert change["zk_requests"] > 0 and change["zk_writes"] > 0
     coordinator_join = next(c for c in changes if c["protocol"] == "coordinator" and c["kind"] == "join")
     steps = coordinator_join["breakdown_ms"]
-    assert steps["requested"] <= steps["started"] <= steps["barrier"] <= steps["start_applied_last"]
+    # "requested" is None when the coordinator journalled the join's request before the bench's trigger time
+    # (the joiner registers as it starts; seen once under load); the steps after it are always there.
+    order = [steps[k] for k in ("requested", "started", "barrier", "start_applied_last") if steps[k] is not None]
+    assert None not in (steps["started"], steps["barrier"], steps["start_applied_last"]), steps
+    assert order == sorted(order), steps
     incremental_join = next(c for c in changes if c["protocol"] == "incremental" and c["kind"] == "join")
     assert set(incremental_join["breakdown_ms"]) == set(steps)
     assert coordinator_join["commanded"] == coordinator_join["members_after"]  # eager: every member

@@ -80,6 +80,7 @@ class Demos:
             self.analysis.stderr[-4000:] if self.analysis else "nothing was analysed"
         )
         runs = {r["run"]: r for r in json.loads(self.analysis.stdout)["runs"]}
+        assert sorted(runs) == sorted(self.names.values()), (runs.keys(), self.names)  # the names as analyze makes them
         return runs[self.names[(scenario, run)]]  # type: ignore[no-any-return]
 
     def journal(self, scenario: str, run: str = "safe") -> Path:

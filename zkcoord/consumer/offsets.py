@@ -105,7 +105,7 @@ class OffsetStore(OwnerRepairs):
         :raises ZkError: on I/O failure.
         """
         tps = sorted(ownership)
-        session = self.zk.session_id
+        session = self.zk.held_session
         checked = carry(carried, ownership, repairable, wait)
         known = {tp: pair for tp, pair in (offsets or {}).items() if tp in checked}
         owners, found, acked = self._read_claimed(tps, checked, known, wait, ack)
@@ -277,12 +277,14 @@ class OffsetStore(OwnerRepairs):
             fenced: list[TopicPartition] = [tp for tp in positions if tp not in self._claims]
             handing = {tp: thread for tp, thread in (handover or {}).items() if tp in self._claims}
             written: dict[TopicPartition, int] = {}
-            self._drop_other_sessions(todo, handing, present, fenced)
             # Each owner znode is looked at again at most once per commit.
             rechecked = self._recheck_other_znodes(todo, handing, fenced)
             recreated: set[TopicPartition] = set()
             alone: str | None = None  # an acknowledgement whose znode is gone: written alone, after the commit
             while todo or handing or present:
+                # Claims of an ended session are dropped; our registration (and the command, if any) ended with
+                # it, so nothing is acknowledged either: the coordinator does not wait for a member that is gone.
+                ack, alone = (None, None) if self._drop_other_sessions(todo, handing, present, fenced) else (ack, alone)
                 try:
                     self._commit_once(todo, ack, handing, present, releasing)
                 except NodeExistsError as e:
@@ -355,22 +357,23 @@ class OffsetStore(OwnerRepairs):
         handing: dict[TopicPartition, str],
         present: dict[TopicPartition, int],
         fenced: list[TopicPartition],
-    ) -> None:
-        """A claim holds only in the session it was read in: leave out of this commit (and forget) every claim of an
-        earlier session.  After that session expired (our registration went with it) the owner znodes may have been
-        deleted and created again for the next owner at the very version we claimed, which the transaction's version
-        check would let pass: a commit sent on the new session before the consumer handled the loss once landed so,
-        after the next owner had started (S3; a zk-restart under load).  Lock held."""
-        session = self.zk.session_id
-        if not session:
-            # No session (ZooKeeper out of reach): the commit cannot be sent now; nothing is judged stale by it.
-            return
+    ) -> bool:
+        """A claim holds only in the session it was read in: leave out of this commit (and forget) every claim of
+        another session than the one the client holds (:attr:`~zkcoord.zk.ZkClient.held_session`: while
+        disconnected, the one it is resuming; 0 once that expired).  After that session expired (our registration
+        went with it) the owner znodes may have been deleted and created again for the next owner at the very
+        version we claimed, which the transaction's version check would let pass: a commit sent on the new session
+        before the consumer handled the loss once landed so, after the next owner had started (S3; a zk-restart
+        under load).  Judged again before every attempt of the transaction.  True if any claim was dropped.  Lock
+        held."""
+        session = self.zk.held_session
         stale = [
-            tp for tp in {*todo, *handing, *present} if (c := self._claims.get(tp)) and c.session not in (0, session)
+            tp for tp in {*todo, *handing, *present} if (c := self._claims.get(tp)) is not None and c.session != session
         ]
         for tp in sorted(stale):
             present.pop(tp, None)
             self._lose(tp, todo, handing, fenced)
+        return bool(stale)
 
     def _lose(
         self,
@@ -395,7 +398,10 @@ class OffsetStore(OwnerRepairs):
     ) -> None:
         """One transaction: check every owner version (setting those handed over), write every offset, check that the
         offset znode of each of ``present`` exists (any version), acknowledge ``ack`` (deleted, and recorded in its
-        channel; a consumer-protocol one carrying the committed offsets of ``releasing``).  Lock held."""
+        channel; a consumer-protocol one carrying the committed offsets of ``releasing``); nothing at all when there
+        is nothing to do.  Lock held."""
+        if not (todo or ack or handover or present):
+            return
         txn = self.zk.transaction()
         for tp in sorted(present or {}):
             txn.check(paths.offset(self.group, tp.topic, tp.partition), -1)

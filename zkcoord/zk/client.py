@@ -8,18 +8,14 @@ kazoo, :mod:`zkcoord.errors`, :mod:`zkcoord.runtime` and the rest of :mod:`zkcoo
 
 Everything above these modules talks to :class:`ZkClient` and catches the project's own errors
 (:mod:`zkcoord.errors`): every operation maps kazoo's failures through the one context manager
-:func:`~zkcoord.zk.translate.translate` (:mod:`zkcoord.zk.translate` has the table).  Pipelined bursts of reads
-and commits are in :mod:`zkcoord.zk.many`, behind the ``*_many`` methods.
-
-Threads (kazoo's threading handler): one connection thread that also runs state listeners, one worker that runs
-watch callbacks, one that runs completion callbacks.  Listeners and watch callbacks registered through this module
-**must not block and must not call ZooKeeper** (kazoo issues #356, #381, #405): they record a flag or put an event
-on a queue for a worker thread of the caller's own.
-
-The types callers see (``Stat``, ``ConnState``, ``WatchEvent``, ``WatchKind``) live in :mod:`zkcoord.zk.types` and
-are re-exported here.  A stopping process bounds every call with :meth:`ZkClient.bound` and closes the session with
-``stop(timeout)`` (:mod:`zkcoord.runtime.shutdown`): kazoo itself would wait forever for a server that refuses
-connections.
+:func:`~zkcoord.zk.translate.translate` (:mod:`zkcoord.zk.translate` has the table).  Threads (kazoo's threading
+handler): one connection thread that also runs state listeners, one worker that runs watch callbacks, one that runs
+completion callbacks.  Listeners and watch callbacks registered through this module **must not block and must not
+call ZooKeeper** (kazoo issues #356, #381, #405): they record a flag or put an event on a queue for a worker thread
+of the caller's own.  The types callers see (``Stat``, ``ConnState``, ``WatchEvent``, ``WatchKind``) live in
+:mod:`zkcoord.zk.types` and are re-exported here.  A stopping process bounds every call with
+:meth:`ZkClient.bound` and closes the session with ``stop(timeout)`` (:mod:`zkcoord.runtime.shutdown`): kazoo
+itself would wait forever for a server that refuses connections.
 """
 
 from __future__ import annotations
@@ -246,6 +242,13 @@ class ZkClient:
         """The current session id, or 0 while there is none."""
         cid = self.client_id
         return cid[0] if cid else 0
+
+    @property
+    def held_session(self) -> int:
+        """The session held: the live one, or while disconnected the one being resumed; 0 once it expired, until a
+        new one is made.  A request made now goes out on it or not at all (kazoo drops its queue on expiry).  Any
+        thread."""
+        return int(getattr(self.kazoo, "_session_id", None) or 0)  # kazoo's own, cleared on expiry
 
     @property
     def state(self) -> ConnState:

@@ -101,11 +101,11 @@ class Acknowledgements(ABC):
             # acknowledgement overwrites it, and a revocation's deadline still runs.
             self.journal.emit("input.rejected", what="assignment acknowledgement", path=path, reason=str(e))
             return
+        if ack.assignment < inflight.zxid:
+            return  # stale: an earlier assignment's (a retry that landed late): the one in flight is still due
         if ack.offsets_refused is not None:
             # Only the carried offsets are bad: the acknowledgement stands, and the next owner reads its offsets.
             self.journal.emit("input.rejected", what="carried offsets", path=path, reason=ack.offsets_refused)
-        if ack.assignment < inflight.zxid:
-            return  # stale: an earlier assignment's (a retry that landed late): the one in flight is still due
         lost = "refused" if ack.refused else "overwritten" if ack.assignment > inflight.zxid else ""
         del model.inflight[member]
         self._timers.pop(inflight.token, None)
