@@ -45,6 +45,16 @@ def test_every_fault_kind_is_listed() -> None:
     assert all(kind in out.stdout for kind in [*FAULTS, *STEPS, *UPGRADE_STEPS, *STRATEGY_STEPS, *SCENARIOS])
 
 
+def test_master_without_an_analysis_is_one_line() -> None:
+    """``--master`` names the analysis' Spark master: with ``--no-analysis`` it would do nothing, so it is refused
+    before anything starts."""
+    out = run_cli("demo", "--no-analysis", "--master", "local[1]", "--run-dir", "/nonexistent/never")
+    assert out.returncode != 0 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "Error: --master is the Spark master of the analysis: give it to zkcoord analyze, not with --no-analysis"
+    ]
+
+
 def test_default_scenario_passes_and_its_unsafe_contrast_breaks_s2_or_s5_and_commits_unprocessed_records(
     tmp_path: Path,
 ) -> None:

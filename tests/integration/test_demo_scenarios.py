@@ -180,6 +180,7 @@ def test_the_random_nemesis_runs_two_faults_at_once_and_the_safe_run_keeps_every
     line, total = demos.ran("random").stdout.strip().splitlines()
     assert line.startswith("seed 10: safe not analysed; 2 faults, 1/1 two-at-once steps overlapped; no problems"), line
     assert total == "total: 1 seeds; not analysed"
+    assert f"zkcoord analyze {demos.base / 'random'}/seed-N" in demos.ran("random").stderr  # where to go next
     seed = demos.base / "random" / "seed-10"
     ran = json.loads((seed / "safe" / "nemesis.json").read_text())
     assert ran["schedule"] == draw_schedule(10, 20).to_json()

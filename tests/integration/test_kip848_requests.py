@@ -18,7 +18,7 @@ from tests.clusters import Cluster
 from tests.integration.test_consumer import make, polling, produce
 from tests.integration.test_coordinator import owners_registry
 from tests.requests_spy import Requests
-from zkcoord.consumer.offsets import OffsetStore
+from zkcoord.consumer.offsets import Claims, OffsetStore
 from zkcoord.consumer.records import TopicPartition
 from zkcoord.data.topics import TopicAdmin
 from zkcoord.layout import paths
@@ -227,25 +227,29 @@ def test_a_stop_carries_what_the_revoke_callback_committed_not_the_position_it_e
     assert ack.offsets == {"t": {0: (decode_int("offset", data), stat.version)}} == {"t": {0: (3, 1)}}
 
 
-def test_carried_offsets_claim_without_any_read(member: ZkClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The start carries the owner znode's version and the committed offset with its offset znode's version: the
-    claim sends one request, the transaction that checks both and acknowledges, and starts from the carried
-    offset."""
+def _claim_carrying(
+    member: ZkClient, monkeypatch: pytest.MonkeyPatch, carried: tuple[int, int]
+) -> tuple[Claims, Requests, int]:
+    """Claim ``t/0`` as a start carrying the owner znode's current version and the committed offset ``carried``
+    (offset, offset znode version) would, counting the requests from just before the claim."""
     start = _start_of(member)
-    offset = member.create_stat(paths.offset(G, "t", 0), encode_int(7), makepath=True)
     owner = member.exists(paths.owner(G, "t", 0))
     assert owner is not None
     store = OffsetStore(member, G, paths.member(G, A))
     requests = Requests(monkeypatch)
     mark = requests.mark()
     result = store.claim(
-        {TP: f"{A}-0"},
-        add=True,
-        repairable={TP},
-        carried={TP: owner.version},
-        offsets={TP: (7, offset.version)},
-        ack=start,
+        {TP: f"{A}-0"}, add=True, repairable={TP}, carried={TP: owner.version}, offsets={TP: carried}, ack=start
     )
+    return result, requests, mark
+
+
+def test_carried_offsets_claim_without_any_read(member: ZkClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start carries the owner znode's version and the committed offset with its offset znode's version: the
+    claim sends one request, the transaction that checks both and acknowledges, and starts from the carried
+    offset."""
+    offset = member.create_stat(paths.offset(G, "t", 0), encode_int(7), makepath=True)
+    result, requests, mark = _claim_carrying(member, monkeypatch, (7, offset.version))
     assert result.acked and result.claims[TP].committed == 7 and result.claims[TP].offset_version == offset.version
     assert [kind for kind, _ in requests.since(mark, member.kazoo)] == ["Transaction"]
 
@@ -255,22 +259,9 @@ def test_a_stale_carried_offset_is_read_and_acknowledges_nothing(
 ) -> None:
     """The offset moved after the revoker's acknowledgement (an operator's reset): the carried version no longer
     matches, the transaction fails whole, and the claim reads the offset znode and starts where it says."""
-    start = _start_of(member)
     offset = member.create_stat(paths.offset(G, "t", 0), encode_int(7), makepath=True)
     member.set(paths.offset(G, "t", 0), encode_int(3))  # after the revoker's acknowledgement
-    owner = member.exists(paths.owner(G, "t", 0))
-    assert owner is not None
-    store = OffsetStore(member, G, paths.member(G, A))
-    requests = Requests(monkeypatch)
-    mark = requests.mark()
-    result = store.claim(
-        {TP: f"{A}-0"},
-        add=True,
-        repairable={TP},
-        carried={TP: owner.version},
-        offsets={TP: (7, offset.version)},
-        ack=start,
-    )
+    result, requests, mark = _claim_carrying(member, monkeypatch, (7, offset.version))
     assert not result.acked and member.get(paths.ack(G, A))[0] == b""
     assert requests.reads(mark, paths.offset(G, "t", 0)) == 1
     assert result.claims[TP].committed == 3 and result.claims[TP].offset_version == offset.version + 1

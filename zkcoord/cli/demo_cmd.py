@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from zkcoord.cli.common import echo_json
 from zkcoord.errors import ConfigurationError, ZkCoordError
@@ -137,6 +138,10 @@ def demo(
         return
     if seed_text is not None and seeds_text is not None:
         raise ConfigurationError("give --seed N or --seeds A..B, not both")
+    if not analysis and click.get_current_context().get_parameter_source("master") is ParameterSource.COMMANDLINE:
+        raise ConfigurationError(
+            "--master is the Spark master of the analysis: give it to zkcoord analyze, not with --no-analysis"
+        )
     seeds = parse_seeds(seeds_text) if seeds_text is not None else None
     seed = parse_seed(seed_text) if seed_text is not None else 1
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -246,6 +251,8 @@ def _many(
         echo_json({"seeds": lines, "total": total["line"]})
     else:
         click.echo(total["line"])
+    if total["line"].endswith("not analysed"):
+        click.echo(f"analyse a seed's runs with: zkcoord analyze {base}/seed-N", err=True)
     if total["safe_failed"]:
         raise SystemExit(1)
 
